@@ -1,0 +1,89 @@
+"""The reservation ledger: capacity already promoted against a peer backend's observation.
+
+The tick runs far more often than peers heartbeat, so without a ledger every tick would re-spend
+the same advertised number. A row is keyed on the backend's ``observation_epoch_ms``; it keeps
+applying while the backend reports that observation (or, if the peer's clock went backwards, an
+older one) and is dropped only when a strictly newer observation arrives, whose numbers already
+reflect the delivered jobs. Unlike the reference, the ledger is persisted (ticks are separate
+processes) and resets only on a strictly newer observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from iris_airflow_provider.federation.availability import PeerState
+
+BackendKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    peer_id: str
+    backend_id: str
+    observation_epoch_ms: int
+    reserved: Mapping[str, int]
+
+    @property
+    def key(self) -> BackendKey:
+        return (self.peer_id, self.backend_id)
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "peer_id": self.peer_id,
+            "backend_id": self.backend_id,
+            "observation_epoch_ms": self.observation_epoch_ms,
+            "reserved": dict(self.reserved),
+        }
+
+
+def current_observations(peers: Iterable[PeerState]) -> dict[BackendKey, int]:
+    """The observation each capacity-reporting backend is at now."""
+    return {
+        (peer.peer_id, backend.backend_id): backend.availability.observation_epoch_ms
+        for peer in peers
+        for backend in peer.backends
+        if backend.tracked and backend.availability is not None
+    }
+
+
+def _add(into: dict[str, int], amounts: Mapping[str, int]) -> None:
+    for token, amount in amounts.items():
+        into[token] = into.get(token, 0) + amount
+
+
+def applicable(entries: Iterable[LedgerEntry], peers: Iterable[PeerState]) -> dict[BackendKey, LedgerEntry]:
+    """Rows still in force, merged per backend; rows for absent backends or older observations drop."""
+    observed = current_observations(peers)
+    merged: dict[BackendKey, tuple[int, dict[str, int]]] = {}
+    for entry in entries:
+        current = observed.get(entry.key)
+        if current is None or entry.observation_epoch_ms < current:
+            continue
+        epoch, amounts = merged.get(entry.key, (entry.observation_epoch_ms, {}))
+        _add(amounts, entry.reserved)
+        merged[entry.key] = (max(epoch, entry.observation_epoch_ms), amounts)
+    return {key: LedgerEntry(key[0], key[1], epoch, amounts) for key, (epoch, amounts) in merged.items()}
+
+
+def charge(
+    rows: Mapping[BackendKey, LedgerEntry], reservations: Iterable[tuple[BackendKey, int, Mapping[str, int]]]
+) -> tuple[LedgerEntry, ...]:
+    """Rows plus new ``(backend, observation, reserved)`` charges; sorted, without zero amounts."""
+    merged: dict[BackendKey, tuple[int, dict[str, int]]] = {
+        key: (row.observation_epoch_ms, dict(row.reserved)) for key, row in rows.items()
+    }
+    for key, observation, reserved in reservations:
+        if not reserved:
+            continue
+        epoch, amounts = merged.get(key, (observation, {}))
+        _add(amounts, reserved)
+        merged[key] = (max(epoch, observation), amounts)
+    out = []
+    for key in sorted(merged):
+        epoch, amounts = merged[key]
+        nonzero = {token: amount for token, amount in sorted(amounts.items()) if amount}
+        if nonzero:
+            out.append(LedgerEntry(key[0], key[1], epoch, nonzero))
+    return tuple(out)

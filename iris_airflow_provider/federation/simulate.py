@@ -1,0 +1,242 @@
+"""``iris-federation simulate``: one JSON state in, the federation's decisions out.
+
+The input describes this cluster's local backends, the peers as last heartbeated, the jobs being
+submitted and the reservation ledger; the output gives each job's submit-time disposition, the
+promotions one tick would make, the exact pending reason of every job left queued (with an
+explanation), the expired jobs and the ledger after the tick. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from iris_airflow_provider.federation.availability import (
+    AVAILABILITY_METRIC_VERSION,
+    Availability,
+    LocalBackend,
+    PeerBackend,
+    PeerState,
+)
+from iris_airflow_provider.federation.bands import Band, UnknownBandError, parse_band
+from iris_airflow_provider.federation.constraints import normalize_advertised
+from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.federation.explain import explain
+from iris_airflow_provider.federation.ledger import LedgerEntry
+from iris_airflow_provider.federation.model import JobSpec, StrictModel
+from iris_airflow_provider.federation.placement import (
+    DEFAULT_HEARTBEAT_STALENESS_MS,
+    DEFAULT_MAX_HANDOFFS_PER_CYCLE,
+    Candidate,
+    plan,
+)
+from iris_airflow_provider.federation.router import Disposition, classify
+
+Amounts = dict[str, Annotated[int, Field(ge=0, strict=False)]]
+AttributeValues = list[str | int | float | bool]
+
+
+def _amounts(value: Any) -> Any:
+    """Amount tokens are variant names: lowercased, as everywhere else."""
+    if not isinstance(value, Mapping):
+        return value
+    return {str(token).strip().lower(): amount for token, amount in value.items()}
+
+
+class HeldByBand(StrictModel):
+    band: Band | None  # None: UNSPECIFIED, ignored
+    amounts: Amounts
+
+    @field_validator("band", mode="before")
+    @classmethod
+    def _band(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            raise PydanticCustomError("band_type", "must be a band name such as PRIORITY_BAND_BATCH")
+        try:
+            return parse_band(value, unspecified=None)
+        except UnknownBandError as error:
+            raise PydanticCustomError("band", str(error)) from None
+
+    _check_amounts = field_validator("amounts", mode="before")(_amounts)
+
+
+class AvailabilityBlock(StrictModel):
+    version: int = Field(ge=1)
+    observation_epoch_ms: int = Field(ge=0)
+    amounts: Amounts = Field(default_factory=dict)
+    total_amounts: Amounts = Field(default_factory=dict)
+    held_by_band: list[HeldByBand] = Field(default_factory=list)
+
+    _check_amounts = field_validator("amounts", "total_amounts", mode="before")(_amounts)
+
+    def to_core(self) -> Availability:
+        held: dict[Band, dict[str, int]] = {}
+        for entry in self.held_by_band:
+            if entry.band is not None:
+                bucket = held.setdefault(entry.band, {})
+                for token, amount in entry.amounts.items():
+                    bucket[token] = bucket.get(token, 0) + amount
+        return Availability(self.version, self.observation_epoch_ms, self.amounts, self.total_amounts, held)
+
+
+class PeerBackendIn(StrictModel):
+    backend_id: str = Field(min_length=1)
+    kind: str = ""
+    advertised_attributes: dict[str, AttributeValues] = Field(default_factory=dict)
+    availability: AvailabilityBlock | None = None
+    # Set when the block's version is newer than we understand: the backend is matched on shape alone.
+    unsupported_availability_version: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _future_versions(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(block := data.get("availability"), Mapping):
+            version = block.get("version")
+            if isinstance(version, int) and not isinstance(version, bool) and version > AVAILABILITY_METRIC_VERSION:
+                return {**data, "availability": None, "unsupported_availability_version": version}
+        return data
+
+    def to_core(self) -> PeerBackend:
+        availability = self.availability.to_core() if self.availability else None
+        if self.unsupported_availability_version is not None:
+            availability = Availability(self.unsupported_availability_version, 0, {})
+        return PeerBackend(self.backend_id, normalize_advertised(self.advertised_attributes), availability)
+
+
+class PeerIn(StrictModel):
+    peer_id: str = Field(min_length=1)
+    reachable: bool = True
+    last_contact_ms: int = Field(ge=0)
+    backends: list[PeerBackendIn] = Field(default_factory=list)
+
+    @field_validator("backends")
+    @classmethod
+    def _unique_backends(cls, value: list[PeerBackendIn]) -> list[PeerBackendIn]:
+        _no_duplicates("backend_id", [b.backend_id for b in value])
+        return value
+
+    def to_core(self) -> PeerState:
+        return PeerState(self.peer_id, self.reachable, self.last_contact_ms, tuple(b.to_core() for b in self.backends))
+
+
+class LocalBackendIn(StrictModel):
+    backend_id: str = Field(min_length=1)
+    advertised_attributes: dict[str, AttributeValues] = Field(default_factory=dict)
+    total_amounts: Amounts | None = None
+
+    _check_amounts = field_validator("total_amounts", mode="before")(_amounts)
+
+    def to_core(self) -> LocalBackend:
+        return LocalBackend(self.backend_id, normalize_advertised(self.advertised_attributes), self.total_amounts)
+
+
+class SimulatedJob(JobSpec):
+    submitted_at_ms: int = Field(ge=0)
+
+
+class LedgerRowIn(StrictModel):
+    peer_id: str = Field(min_length=1)
+    backend_id: str = Field(min_length=1)
+    observation_epoch_ms: int = Field(ge=0)
+    reserved: Amounts = Field(default_factory=dict)
+
+    _check_amounts = field_validator("reserved", mode="before")(_amounts)
+
+
+class SimulateInput(StrictModel):
+    now_ms: int = Field(ge=0)
+    max_handoffs_per_cycle: int = Field(default=DEFAULT_MAX_HANDOFFS_PER_CYCLE, ge=1)
+    heartbeat_staleness_ms: int = Field(default=DEFAULT_HEARTBEAT_STALENESS_MS, ge=0)
+    local_backends: list[LocalBackendIn] = Field(default_factory=list)
+    peers: list[PeerIn] = Field(default_factory=list)
+    jobs: list[SimulatedJob] = Field(default_factory=list)
+    ledger: list[LedgerRowIn] = Field(default_factory=list)
+
+    @field_validator("local_backends")
+    @classmethod
+    def _unique_local(cls, value: list[LocalBackendIn]) -> list[LocalBackendIn]:
+        _no_duplicates("backend_id", [b.backend_id for b in value])
+        return value
+
+    @field_validator("peers")
+    @classmethod
+    def _unique_peers(cls, value: list[PeerIn]) -> list[PeerIn]:
+        _no_duplicates("peer_id", [p.peer_id for p in value])
+        return value
+
+    @field_validator("jobs")
+    @classmethod
+    def _unique_jobs(cls, value: list[SimulatedJob]) -> list[SimulatedJob]:
+        _no_duplicates("job_id", [j.job_id for j in value])
+        return value
+
+
+def _no_duplicates(field: str, values: list[str]) -> None:
+    repeated = sorted(v for v, n in Counter(values).items() if n > 1)
+    if repeated:
+        raise PydanticCustomError(
+            "duplicate",
+            "{field} must be unique; repeated: {repeated}",
+            {"field": field, "repeated": ", ".join(repeated)},
+        )
+
+
+def parse_input(document: Any) -> SimulateInput:
+    try:
+        return SimulateInput.model_validate(document)
+    except ValidationError as error:
+        raise SpecError.from_validation_error(error) from None
+
+
+def simulate(document: Any, *, include_explanations: bool = True) -> dict[str, Any]:
+    """Run classification and one placement pass over ``document``; raise :class:`SpecError` if invalid."""
+    state = parse_input(document)
+    peers = [p.to_core() for p in state.peers]
+    local_backends = [b.to_core() for b in state.local_backends]
+    decisions = []
+    candidates = []
+    for job in state.jobs:
+        decision = classify(
+            job,
+            local_backends=local_backends,
+            peers=peers,
+            now_ms=state.now_ms,
+            staleness_ms=state.heartbeat_staleness_ms,
+        )
+        decisions.append(decision.to_wire(job.job_id))
+        if decision.disposition is Disposition.QUEUE:
+            candidates.append(Candidate.from_job(job, job.submitted_at_ms))
+    ledger = [LedgerEntry(r.peer_id, r.backend_id, r.observation_epoch_ms, r.reserved) for r in state.ledger]
+    result = plan(
+        candidates,
+        peers,
+        ledger,
+        now_ms=state.now_ms,
+        max_per_peer=state.max_handoffs_per_cycle,
+        staleness_ms=state.heartbeat_staleness_ms,
+    )
+    by_id = {c.job_id: c for c in candidates}
+    pending: list[dict[str, Any]] = []
+    for entry in result.pending:
+        row: dict[str, Any] = {"job_id": entry.job_id, "reason": entry.reason}
+        if include_explanations:
+            row["explanation"] = explain(
+                by_id[entry.job_id],
+                peers,
+                result,
+                now_ms=state.now_ms,
+                staleness_ms=state.heartbeat_staleness_ms,
+                max_per_peer=state.max_handoffs_per_cycle,
+            )
+        pending.append(row)
+    return {
+        "decisions": decisions,
+        "promotions": [p.to_wire() for p in result.promotions],
+        "pending": pending,
+        "expired": list(result.expired),
+        "ledger": [row.to_wire() for row in result.ledger],
+    }

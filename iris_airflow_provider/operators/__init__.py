@@ -1,0 +1,1 @@
+"""Populated by the Airflow surface (operator, sensor, trigger, placement DAG)."""

@@ -1,0 +1,136 @@
+"""The indexed placement pass against the plain reference scan, and its invariants, on random states."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from iris_airflow_provider.federation import ledger as ledger_math
+from iris_airflow_provider.federation.availability import PeerState
+from iris_airflow_provider.federation.placement import PlacementResult, plan
+from tests.federation.reference_placement import as_reference_shape, reference_plan
+from tests.federation.strategies import NOW, STALENESS, contended_states, states
+
+PROFILE = settings(max_examples=400, deadline=None)
+
+
+def run(state: dict, **overrides) -> PlacementResult:
+    return plan(
+        overrides.get("jobs", state["jobs"]),
+        overrides.get("peers", state["peers"]),
+        overrides.get("ledger", state["ledger"]),
+        now_ms=NOW,
+        max_per_peer=state["cap"],
+        staleness_ms=STALENESS,
+    )
+
+
+def reachable_backends(peers: list[PeerState]):
+    return {
+        (p.peer_id, b.backend_id): b for p in peers if p.is_reachable(NOW, STALENESS) for b in p.backends if b.tracked
+    }
+
+
+@PROFILE
+@given(st.one_of(states(), contended_states()))
+def test_the_indexed_pass_decides_exactly_as_the_reference_scan(state):
+    expected = reference_plan(
+        state["jobs"], state["peers"], state["ledger"], now_ms=NOW, max_per_peer=state["cap"], staleness_ms=STALENESS
+    )
+    assert as_reference_shape(run(state)) == expected
+
+
+@PROFILE
+@given(states(), st.randoms(use_true_random=False))
+def test_the_result_does_not_depend_on_input_order(state, rng: random.Random):
+    jobs = list(state["jobs"])
+    rng.shuffle(jobs)
+    peers = [
+        PeerState(p.peer_id, p.reachable, p.last_contact_ms, tuple(rng.sample(p.backends, len(p.backends))))
+        for p in state["peers"]
+    ]
+    rng.shuffle(peers)
+    ledger = list(state["ledger"])
+    rng.shuffle(ledger)
+    assert as_reference_shape(run(state, jobs=jobs, peers=peers, ledger=ledger)) == as_reference_shape(run(state))
+
+
+@PROFILE
+@given(states())
+def test_every_job_is_promoted_pending_or_expired_exactly_once(state):
+    result = run(state)
+    ids = [p.job_id for p in result.promotions] + [p.job_id for p in result.pending] + list(result.expired)
+    assert sorted(ids) == sorted(c.job_id for c in state["jobs"])
+
+
+@PROFILE
+@given(states())
+def test_the_per_peer_cap_holds_and_pins_are_honoured(state):
+    result = run(state)
+    assert all(n <= state["cap"] for n in Counter(p.peer_id for p in result.promotions).values())
+    pins = {c.job_id: c.pinned_peer_id for c in state["jobs"]}
+    for promotion in result.promotions:
+        assert pins[promotion.job_id] in ("", promotion.peer_id)
+
+
+@PROFILE
+@given(states())
+def test_each_promotion_fits_on_its_own_backend(state):
+    """Never summed across backends: a gated job's whole gate fits one backend's free + reclaimable."""
+    result = run(state)
+    backends = reachable_backends(state["peers"])
+    jobs = {c.job_id: c for c in state["jobs"]}
+    for promotion in result.promotions:
+        candidate = jobs[promotion.job_id]
+        backend = backends.get((promotion.peer_id, promotion.backend_id))
+        if backend is None:
+            assert promotion.reserved == {}
+            continue
+        availability = backend.availability
+        for token, need in candidate.gate:
+            reachable = availability.amounts.get(token, 0) + sum(
+                amounts.get(token, 0)
+                for band, amounts in availability.held_by_band.items()
+                if band.rank > candidate.band.rank
+            )
+            assert need <= reachable
+
+
+@PROFILE
+@given(states(), st.integers(1, 4))
+def test_repeated_ticks_never_promote_more_than_one_observation_offers(state, ticks):
+    """Per backend and observation: everything promoted across ticks fits its advertised free + held."""
+    ledger = ()
+    spent: Counter = Counter()
+    remaining_jobs = list(state["jobs"])
+    for _ in range(ticks):
+        result = run(state, jobs=remaining_jobs, ledger=ledger)
+        ledger = result.ledger
+        promoted = {p.job_id for p in result.promotions}
+        remaining_jobs = [c for c in remaining_jobs if c.job_id not in promoted]
+        for p in result.promotions:
+            for token, amount in p.reserved.items():
+                spent[(p.peer_id, p.backend_id, token)] += amount
+    for (peer_id, backend_id, token), amount in spent.items():
+        availability = reachable_backends(state["peers"])[(peer_id, backend_id)].availability
+        ceiling = availability.amounts.get(token, 0) + sum(a.get(token, 0) for a in availability.held_by_band.values())
+        assert amount <= ceiling
+
+
+@PROFILE
+@given(states())
+def test_the_output_ledger_carries_applicable_rows_and_this_pass_charges(state):
+    result = run(state)
+    applied = ledger_math.applicable(state["ledger"], state["peers"])
+    for key, row in applied.items():
+        out = {(r.peer_id, r.backend_id): r for r in result.ledger}
+        for token, amount in row.reserved.items():
+            if amount:
+                assert out[key].reserved[token] >= amount
+    assert [(r.peer_id, r.backend_id) for r in result.ledger] == sorted(
+        (r.peer_id, r.backend_id) for r in result.ledger
+    )
+    assert all(all(v > 0 for v in r.reserved.values()) for r in result.ledger)
