@@ -48,6 +48,7 @@ class PeerBackend:
     backend_id: str
     advertised: Advertised
     availability: Availability | None = None
+    kind: str = ""  # e.g. "process", "kubernetes"; display only
 
     @property
     def tracked(self) -> bool:

@@ -103,7 +103,7 @@ def reference_plan(
         else:
             promotions.append((c.job_id, peer_id, backend_id, False, {}, None))
 
-    for job_id, peer_id, backend_id, _, reserved, epoch in promotions:
+    for _, peer_id, backend_id, _, reserved, epoch in promotions:
         if epoch is None or not reserved:
             continue
         key = (peer_id, backend_id)

@@ -1,0 +1,67 @@
+"""Job and handoff states, and the pending reason they imply.
+
+The handoff state and the job state are separate axes (as in the reference): the handoff state
+says where a job this cluster sent stands with its peer, the job state says how the job itself is
+doing, wherever it runs.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from iris_airflow_provider.federation import reasons
+
+
+class Direction(StrEnum):
+    LOCAL = "local"  # runs on this cluster's own backend
+    SENT = "sent"  # this cluster is the parent; the job runs (or will run) on a peer
+    RECEIVED = "received"  # a peer handed this job to us
+
+
+class HandoffState(StrEnum):
+    QUEUED = "queued"  # waiting for a peer to report free capacity
+    PENDING = "pending"  # promoted to a peer; being delivered
+    HANDED_OFF = "handed_off"  # the peer admitted it
+    REJECTED = "rejected"  # the peer refused it for good
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    ACCEPTED = "accepted"  # admitted where it runs (e.g. by Kueue), not running yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    UNSCHEDULABLE = "unschedulable"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE})
+
+
+def pending_reason(
+    *,
+    direction: Direction,
+    handoff_state: HandoffState | None,
+    state: JobState,
+    peer_id: str,
+    backend_id: str,
+    reported: bool,
+) -> str:
+    """What a non-terminal job waits for, in the seed's exact words where the seed has them."""
+    if state.terminal:
+        return ""
+    if direction is Direction.SENT:
+        if handoff_state is HandoffState.QUEUED:
+            return reasons.queued(peer_id)
+        if reported:
+            return reasons.pending_on_peer(peer_id) if state is not JobState.RUNNING else ""
+        if handoff_state is HandoffState.PENDING:
+            return reasons.awaiting_acceptance(peer_id)
+        return reasons.awaiting_first_report(peer_id)
+    if state in (JobState.PENDING, JobState.ACCEPTED):
+        return f"Pending on local backend {backend_id}" if backend_id else "Pending"
+    return ""

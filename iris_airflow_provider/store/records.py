@@ -1,0 +1,142 @@
+"""Rows of the federation store as immutable records."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.federation.states import Direction, HandoffState, JobState, pending_reason
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """The Airflow task instance that submitted a job."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    job_id: str
+    direction: Direction
+    handoff_state: HandoffState | None
+    state: JobState
+    peer_id: str
+    backend_id: str
+    owner_principal: str
+    submitting_user: str
+    nonce: str
+    cancel_intent_version: int
+    priority_band: str
+    submitted_at_ms: int
+    scheduling_deadline_ms: int | None
+    spec: Mapping[str, Any]
+    error: str
+    exit_code: int | None
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    reported_at_ms: int | None
+    updated_at_ms: int
+    row_version: int
+    origin: Origin | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+        origin = None
+        if row["origin_dag_id"] is not None:
+            origin = Origin(row["origin_dag_id"], row["origin_run_id"], row["origin_task_id"], row["origin_map_index"])
+        return cls(
+            job_id=row["job_id"],
+            direction=Direction(row["direction"]),
+            handoff_state=HandoffState(row["handoff_state"]) if row["handoff_state"] else None,
+            state=JobState(row["state"]),
+            peer_id=row["peer_id"],
+            backend_id=row["backend_id"],
+            owner_principal=row["owner_principal"],
+            submitting_user=row["submitting_user"],
+            nonce=row["nonce"],
+            cancel_intent_version=row["cancel_intent_version"],
+            priority_band=row["priority_band"],
+            submitted_at_ms=row["submitted_at_ms"],
+            scheduling_deadline_ms=row["scheduling_deadline_ms"],
+            spec=row["spec"],
+            error=row["error"],
+            exit_code=row["exit_code"],
+            started_at_ms=row["started_at_ms"],
+            finished_at_ms=row["finished_at_ms"],
+            reported_at_ms=row["reported_at_ms"],
+            updated_at_ms=row["updated_at_ms"],
+            row_version=row["row_version"],
+            origin=origin,
+        )
+
+    @property
+    def job_spec(self) -> JobSpec:
+        return JobSpec.model_validate(self.spec)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_intent_version > 0
+
+    @property
+    def pending_reason(self) -> str:
+        return pending_reason(
+            direction=self.direction,
+            handoff_state=self.handoff_state,
+            state=self.state,
+            peer_id=self.peer_id,
+            backend_id=self.backend_id,
+            reported=self.reported_at_ms is not None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    seq: int
+    job_id: str
+    at_ms: int
+    kind: str
+    state: str | None
+    handoff_state: str | None
+    peer_id: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRecord:
+    peer_id: str
+    reachable: bool
+    last_contact_ms: int | None
+    last_attempt_ms: int | None
+    last_error: str
+    backends: tuple[BackendRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRecord:
+    backend_id: str
+    kind: str
+    attributes: Mapping[str, list[Any]]
+    availability: Mapping[str, Any] | None
+    observation_epoch_ms: int | None
+    received_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    """What a cancel did. ``notify_peer``: the peer to route a cancel to ("" when none)."""
+
+    found: bool
+    was_terminal: bool = False
+    killed: bool = False
+    direction: Direction | None = None
+    notify_peer: str = ""

@@ -1,0 +1,137 @@
+"""Tables of the federation store (SQLAlchemy Core). Alembic migrations create and evolve them.
+
+Enums are text with CHECK constraints, so a row can never hold a state the code does not know,
+and ``handoff_state`` exists exactly on jobs this cluster sent to a peer.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+VERSION_TABLE = "iris_alembic_version"  # Alembic's bookkeeping, named so it cannot clash with a host's own
+
+Json = sa.JSON().with_variant(JSONB(), "postgresql")
+
+DIRECTIONS = ("local", "sent", "received")
+HANDOFF_STATES = ("queued", "pending", "handed_off", "rejected")
+JOB_STATES = ("pending", "accepted", "running", "succeeded", "failed", "killed", "unschedulable")
+TERMINAL_STATES = ("succeeded", "failed", "killed", "unschedulable")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+jobs = sa.Table(
+    "iris_jobs",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("direction", sa.Text, nullable=False),
+    sa.Column("handoff_state", sa.Text, nullable=True),
+    sa.Column("state", sa.Text, nullable=False),
+    # sent: the destination ("" while queued unpinned); received: the requesting cluster; local: "".
+    sa.Column("peer_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("backend_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("owner_principal", sa.Text, nullable=False, server_default=""),
+    sa.Column("submitting_user", sa.Text, nullable=False, server_default=""),
+    # The incarnation: minted at each admission; a peer dedups redelivery on (requester, nonce).
+    sa.Column("nonce", sa.Text, nullable=False),
+    sa.Column("cancel_intent_version", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("priority_band", sa.Text, nullable=False),
+    sa.Column("submitted_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("scheduling_deadline_ms", sa.BigInteger, nullable=True),
+    sa.Column("spec", Json, nullable=False),
+    sa.Column("error", sa.Text, nullable=False, server_default=""),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("started_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("finished_at_ms", sa.BigInteger, nullable=True),
+    # When the peer (or local backend) first reported on the job: "awaiting first status report" until then.
+    sa.Column("reported_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    # Bumped by every write, so a poller can tell that anything changed with one comparison.
+    sa.Column("row_version", sa.Integer, nullable=False, server_default="1"),
+    # The Airflow task instance that submitted the job (for links back), when there is one.
+    sa.Column("origin_dag_id", sa.Text, nullable=True),
+    sa.Column("origin_run_id", sa.Text, nullable=True),
+    sa.Column("origin_task_id", sa.Text, nullable=True),
+    sa.Column("origin_map_index", sa.Integer, nullable=True),
+    sa.CheckConstraint(_in("direction", DIRECTIONS), name="direction"),
+    sa.CheckConstraint(_in("state", JOB_STATES), name="state"),
+    sa.CheckConstraint(
+        f"(direction = 'sent' AND {_in('handoff_state', HANDOFF_STATES)}) "
+        "OR (direction <> 'sent' AND handoff_state IS NULL)",
+        name="handoff_state",
+    ),
+    sa.CheckConstraint("cancel_intent_version >= 0", name="cancel_intent_version"),
+    sa.UniqueConstraint("direction", "peer_id", "nonce"),
+    sa.Index("ix_iris_jobs_direction_handoff_state", "direction", "handoff_state"),
+    sa.Index("ix_iris_jobs_state", "state"),
+    sa.Index("ix_iris_jobs_submitted_at_ms", "submitted_at_ms"),
+)
+
+job_events = sa.Table(
+    "iris_job_events",
+    metadata,
+    sa.Column("seq", sa.Integer().with_variant(sa.BigInteger(), "postgresql"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.Text, nullable=False),  # no foreign key: the history outlives the job
+    sa.Column("at_ms", sa.BigInteger, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=True),
+    sa.Column("handoff_state", sa.Text, nullable=True),
+    sa.Column("peer_id", sa.Text, nullable=False, server_default=""),
+    sa.Column("detail", sa.Text, nullable=False, server_default=""),
+    sa.Index("ix_iris_job_events_job_id_seq", "job_id", "seq"),
+)
+
+peers = sa.Table(
+    "iris_peers",
+    metadata,
+    sa.Column("peer_id", sa.Text, primary_key=True),
+    sa.Column("reachable", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("last_contact_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_attempt_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+)
+
+peer_backends = sa.Table(
+    "iris_peer_backends",
+    metadata,
+    sa.Column("peer_id", sa.Text, sa.ForeignKey("iris_peers.peer_id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("backend_id", sa.Text, primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False, server_default=""),
+    sa.Column("attributes", Json, nullable=False),
+    # The availability block exactly as the peer sent it; NULL for a shape-only backend.
+    sa.Column("availability", Json, nullable=True),
+    sa.Column("observation_epoch_ms", sa.BigInteger, nullable=True),
+    sa.Column("received_at_ms", sa.BigInteger, nullable=False),
+)
+
+ledger = sa.Table(
+    "iris_reservation_ledger",
+    metadata,
+    sa.Column("peer_id", sa.Text, primary_key=True),
+    sa.Column("backend_id", sa.Text, primary_key=True),
+    sa.Column("token", sa.Text, primary_key=True),
+    sa.Column("observation_epoch_ms", sa.BigInteger, nullable=False),
+    sa.Column("amount", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("amount >= 0", name="amount"),
+)
+
+leases = sa.Table(
+    "iris_leases",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+)

@@ -1,0 +1,247 @@
+"""The federation store on SQLite and PostgreSQL: migrations, admission, conditional transitions,
+heartbeats, the persisted ledger and leases."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from iris_airflow_provider.federation import reasons
+from iris_airflow_provider.federation.availability import Availability, PeerBackend
+from iris_airflow_provider.federation.bands import Band
+from iris_airflow_provider.federation.constraints import normalize_advertised
+from iris_airflow_provider.federation.ledger import LedgerEntry
+from iris_airflow_provider.federation.model import parse_job
+from iris_airflow_provider.federation.placement import Promotion
+from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.store.records import Origin
+from iris_airflow_provider.store.schema import VERSION_TABLE, jobs, metadata
+
+NOW = 1_700_000_000_000
+
+
+def spec(job_id: str = "/alice/train", **extra):
+    return parse_job(
+        {"job_id": job_id, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}}, **extra}
+    )
+
+
+def queue(store, job_id="/alice/train", *, pin="", now=NOW, **extra):
+    return store.admit(
+        spec(job_id, **extra), direction=Direction.SENT, now_ms=now, submitting_user="alice@example.com", peer_id=pin
+    ).job
+
+
+def promotion(job_id="/alice/train", peer="cw", backend="default", reserved=None, epoch=NOW - 5):
+    return Promotion(job_id, peer, backend, False, reserved if reserved is not None else {"h100": 8}, epoch)
+
+
+def test_migrations_build_exactly_the_declared_schema(store):
+    with store.engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        differences = compare_metadata(context, metadata)
+    assert differences == []
+
+
+def test_migrating_twice_is_harmless(store):
+    store.migrate()
+    assert store.get_job("/nobody/here") is None
+
+
+def test_the_schema_refuses_states_it_does_not_know(store):
+    queue(store)
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as connection:
+        connection.execute(jobs.update().values(state="sleeping"))
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as connection:
+        connection.execute(jobs.update().values(direction="local"))  # a handoff state on a local job
+
+
+class TestAdmission:
+    def test_a_queued_job_is_pending_with_no_peer_and_a_fresh_nonce(self, store):
+        origin = Origin("train_dag", "manual__1", "submit", -1)
+        admission = store.admit(
+            spec(), direction=Direction.SENT, now_ms=NOW, submitting_user="alice@example.com", origin=origin
+        )
+        job = admission.job
+        assert admission.created
+        assert (job.direction, job.handoff_state, job.state) == (Direction.SENT, HandoffState.QUEUED, JobState.PENDING)
+        assert job.peer_id == "" and len(job.nonce) == 32
+        assert job.origin == origin
+        assert job.job_spec == spec()
+        assert job.pending_reason == reasons.QUEUED_UNPINNED
+        assert [e.kind for e in store.events("/alice/train")] == ["admitted"]
+
+    def test_admitting_the_same_job_again_returns_the_existing_one_untouched(self, store):
+        first = queue(store)
+        again = store.admit(spec(), direction=Direction.SENT, now_ms=NOW + 9, submitting_user="mallory")
+        assert not again.created
+        assert again.job == first
+        assert len(store.events("/alice/train")) == 1
+
+    def test_a_pinned_job_names_its_peer_while_queued(self, store):
+        job = queue(store, pin="cw-rno2a")
+        assert job.pending_reason == "Queued for peer cw-rno2a to report free capacity"
+
+
+class TestPromotion:
+    def test_promotion_moves_a_queued_job_to_pending_once(self, store):
+        queue(store)
+        assert store.promote(promotion(), NOW + 1)
+        assert not store.promote(promotion(peer="other"), NOW + 2)
+        job = store.get_job("/alice/train")
+        assert (job.handoff_state, job.peer_id, job.backend_id) == (HandoffState.PENDING, "cw", "default")
+        assert job.pending_reason == "Awaiting acceptance by peer cw"
+        assert store.queued_jobs() == []
+
+    def test_a_cancelled_job_is_never_promoted(self, store):
+        queue(store)
+        outcome = store.request_cancel("/alice/train", NOW + 1)
+        assert outcome.killed and outcome.notify_peer == ""
+        assert not store.promote(promotion(), NOW + 2)
+        job = store.get_job("/alice/train")
+        assert (job.state, job.error, job.handoff_state) == (
+            JobState.KILLED,
+            reasons.CANCELLED_BEFORE_HANDOFF,
+            HandoffState.QUEUED,
+        )
+        assert store.ledger() == []
+
+    def test_an_expired_job_is_never_promoted(self, store):
+        queue(store, "/alice/late", scheduling_deadline_ms=NOW + 10)
+        queue(store, "/alice/ok", scheduling_deadline_ms=NOW + 100)
+        queue(store, "/alice/forever")
+        assert store.expire_queued(NOW + 50) == ["/alice/late"]
+        late = store.get_job("/alice/late")
+        assert (late.state, late.error) == (JobState.UNSCHEDULABLE, reasons.SCHEDULING_TIMEOUT)
+        assert not store.promote(promotion("/alice/late"), NOW + 51)
+        assert store.expire_queued(NOW + 60) == []
+        assert {j.job_id for j in store.queued_jobs()} == {"/alice/ok", "/alice/forever"}
+
+    def test_a_pinned_job_is_only_promoted_to_its_pin(self, store):
+        queue(store, pin="cw-a")
+        assert not store.promote(promotion(peer="cw-b"), NOW + 1)
+        assert store.promote(promotion(peer="cw-a"), NOW + 1)
+
+    def test_only_confirmed_promotions_charge_the_ledger(self, store):
+        queue(store, "/alice/a")
+        queue(store, "/alice/b")
+        store.request_cancel("/alice/b", NOW)
+        confirmed = store.apply_promotions([promotion("/alice/a"), promotion("/alice/b")], NOW + 1)
+        assert [p.job_id for p in confirmed] == ["/alice/a"]
+        assert store.ledger() == [LedgerEntry("cw", "default", NOW - 5, {"h100": 8})]
+        assert [e.kind for e in store.events("/alice/a")] == ["admitted", "promoted"]
+
+
+class TestLedger:
+    def test_charges_add_at_one_observation_and_a_newer_one_replaces_them(self, store):
+        for name in "abcd":
+            queue(store, f"/alice/{name}")
+        store.apply_promotions([promotion("/alice/a", epoch=100), promotion("/alice/b", epoch=100)], NOW)
+        assert store.ledger() == [LedgerEntry("cw", "default", 100, {"h100": 16})]
+        store.apply_promotions([promotion("/alice/c", epoch=90, reserved={"h100": 4})], NOW)  # older: adds
+        assert store.ledger() == [LedgerEntry("cw", "default", 100, {"h100": 20})]
+        store.apply_promotions([promotion("/alice/d", epoch=200, reserved={"h100": 1})], NOW)  # newer: replaces
+        assert store.ledger() == [LedgerEntry("cw", "default", 200, {"h100": 1})]
+
+    def test_pruning_drops_rows_superseded_by_a_newer_observation(self, store):
+        for name in "ab":
+            queue(store, f"/alice/{name}")
+        store.apply_promotions(
+            [promotion("/alice/a", backend="x", epoch=100), promotion("/alice/b", backend="y", epoch=100)], NOW
+        )
+        store.record_heartbeat("cw", NOW, [_gpu_backend("x", epoch=100), _gpu_backend("y", epoch=101)])
+        assert store.prune_ledger() == 1
+        assert store.ledger() == [LedgerEntry("cw", "x", 100, {"h100": 8})]
+
+
+def _gpu_backend(backend_id: str, *, epoch: int, free: int = 8, version: int = 2) -> PeerBackend:
+    availability = Availability(version, epoch, {"h100": free}, {"h100": 64}, {Band.BATCH: {"h100": 40}})
+    return PeerBackend(
+        backend_id,
+        normalize_advertised({"device-type": ["gpu"], "device-variant": ["h100"]}),
+        availability,
+        "kubernetes",
+    )
+
+
+class TestCancel:
+    def test_cancel_of_a_pending_handoff_kills_it_and_tells_the_peer(self, store):
+        queue(store)
+        store.promote(promotion(), NOW)
+        outcome = store.request_cancel("/alice/train", NOW + 1)
+        assert outcome.killed and outcome.notify_peer == "cw"
+        assert store.get_job("/alice/train").cancel_intent_version == 1
+
+    def test_cancel_after_handoff_records_intent_and_leaves_the_state_to_the_peer(self, store):
+        queue(store)
+        store.promote(promotion(), NOW)
+        with store.engine.begin() as connection:
+            connection.execute(jobs.update().values(handoff_state="handed_off"))
+        outcome = store.request_cancel("/alice/train", NOW + 1)
+        assert not outcome.killed and outcome.notify_peer == "cw"
+        job = store.get_job("/alice/train")
+        assert job.state is JobState.PENDING and job.cancel_requested
+
+    def test_cancel_of_a_finished_or_unknown_job(self, store):
+        queue(store)
+        store.transition("/alice/train", to_state=JobState.SUCCEEDED, now_ms=NOW)
+        assert store.request_cancel("/alice/train", NOW + 1).was_terminal
+        assert not store.request_cancel("/nobody/job", NOW + 1).found
+
+
+class TestTransitions:
+    def test_a_transition_only_applies_from_the_expected_states(self, store):
+        store.admit(spec(), direction=Direction.LOCAL, now_ms=NOW, submitting_user="alice", backend_id="proc")
+        assert not store.transition(
+            "/alice/train", to_state=JobState.SUCCEEDED, from_states=[JobState.RUNNING], now_ms=NOW
+        )
+        assert store.transition("/alice/train", to_state=JobState.RUNNING, now_ms=NOW + 1)
+        assert store.transition("/alice/train", to_state=JobState.FAILED, exit_code=3, error="boom", now_ms=NOW + 2)
+        assert not store.transition("/alice/train", to_state=JobState.RUNNING, now_ms=NOW + 3)  # terminal stays
+        job = store.get_job("/alice/train")
+        assert (job.state, job.exit_code, job.error, job.started_at_ms, job.finished_at_ms) == (
+            JobState.FAILED,
+            3,
+            "boom",
+            NOW + 1,
+            NOW + 2,
+        )
+        assert job.row_version == 3
+
+
+class TestHeartbeats:
+    def test_a_heartbeat_round_trips_into_core_peer_states(self, store):
+        shape_only = PeerBackend("legacy", normalize_advertised({"device-type": ["gpu"]}))
+        store.record_heartbeat("cw", NOW, [_gpu_backend("default", epoch=NOW - 3), shape_only])
+        (peer,) = store.peer_states()
+        assert peer.reachable and peer.last_contact_ms == NOW
+        default, legacy = sorted(peer.backends, key=lambda b: b.backend_id)
+        assert default.availability == Availability(2, NOW - 3, {"h100": 8}, {"h100": 64}, {Band.BATCH: {"h100": 40}})
+        assert default.kind == "kubernetes" and default.tracked
+        assert legacy.availability is None
+
+    def test_a_failed_heartbeat_keeps_the_last_backends_but_marks_the_peer_unreachable(self, store):
+        store.record_heartbeat("cw", NOW, [_gpu_backend("default", epoch=1)])
+        store.record_heartbeat("cw", NOW + 30_000, None, error="connection refused")
+        (record,) = store.peers()
+        assert not record.reachable and record.last_contact_ms == NOW and record.last_error == "connection refused"
+        assert [b.backend_id for b in record.backends] == ["default"]
+
+    def test_a_block_of_a_newer_version_is_kept_but_not_tracked(self, store):
+        store.record_heartbeat("cw", NOW, [_gpu_backend("future", epoch=5, version=3)])
+        (peer,) = store.peer_states()
+        assert not peer.backends[0].tracked
+
+
+class TestLeases:
+    def test_one_holder_at_a_time_until_expiry(self, store):
+        assert store.acquire_lease("tick", "a", NOW, 1_000)
+        assert not store.acquire_lease("tick", "b", NOW + 10, 1_000)
+        assert store.acquire_lease("tick", "a", NOW + 10, 1_000)  # renewal
+        assert store.acquire_lease("tick", "b", NOW + 1_010, 1_000)  # expired: taken over
+        store.release_lease("tick", "a")  # not the holder any more: no effect
+        assert not store.acquire_lease("tick", "a", NOW + 1_020, 1_000)
+        store.release_lease("tick", "b")
+        assert store.acquire_lease("tick", "a", NOW + 1_030, 1_000)
