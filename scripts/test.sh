@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, format, types, then pytest (extra arguments go to pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+
+echo "== ruff check" && .venv/bin/ruff check .
+echo "== ruff format --check" && .venv/bin/ruff format --check .
+echo "== mypy" && .venv/bin/mypy
+echo "== pytest" && .venv/bin/python -m pytest "$@"
