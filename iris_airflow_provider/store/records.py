@@ -46,7 +46,7 @@ class JobRecord:
     origin: Origin | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+    def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
         origin = None
         if row["origin_dag_id"] is not None:
             origin = Origin(row["origin_dag_id"], row["origin_run_id"], row["origin_task_id"], row["origin_map_index"])
