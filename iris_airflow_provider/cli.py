@@ -17,7 +17,7 @@ def _read_json(path: str, stdin: TextIO) -> Any:
             return json.load(stdin)
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise SpecError.single("", f"{path} is not valid JSON: {error}") from None
     except OSError as error:
         raise SpecError.single("", f"cannot read {path}: {error.strerror}") from None

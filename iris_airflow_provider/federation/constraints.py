@@ -41,6 +41,7 @@ _EQ_IN = frozenset({Op.EQ, Op.IN})
 # Reserved directive keys: they steer submission and are never matched against attributes.
 CLUSTER_KEY = "cluster"
 BACKEND_KEY = "backend"
+DIRECTIVE_KEYS = frozenset({CLUSTER_KEY, BACKEND_KEY})
 
 # The fray/Iris "any region" marker: suppresses a default region and never reaches routing.
 ANY_REGION = "*"
@@ -140,7 +141,11 @@ def check_values(key: str, op: Op, values: Sequence[Scalar | bool]) -> tuple[Sca
     if op not in (Op.EXISTS, Op.NOT_EXISTS, Op.IN) and arity != 1:
         raise ConstraintError(f"{op.value} takes exactly one value, got {arity}")
     spec = REGISTRY.get(key)
-    normalized = tuple(normalize_value(v) for v in values)
+    if key in DIRECTIVE_KEYS:
+        # Peer and backend ids are names matched exactly, not attributes: never lowercased or parsed.
+        normalized = tuple(v.strip() if isinstance(v, str) else normalize_value(v) for v in values)
+    else:
+        normalized = tuple(normalize_value(v) for v in values)
     for value in normalized:
         if isinstance(value, str) and not value:
             raise ConstraintError("values must not be empty strings")

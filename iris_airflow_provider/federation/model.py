@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from iris_airflow_provider.federation.bands import DEFAULT_BAND, Band, UnknownBandError, parse_band
 from iris_airflow_provider.federation.constraints import (
@@ -69,20 +70,40 @@ class StrictModel(BaseModel):
     """Frozen, and an unknown field is an error that lists the accepted ones."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # Input keys a subclass accepts besides its fields (its own before-validator rewrites them).
+    input_only_keys: ClassVar[tuple[str, ...]] = ()
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _reject_unknown_fields(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            accepted = list(cls.model_fields)
-            unknown = sorted(str(k) for k in data if k not in cls.model_fields)
-            if unknown:
-                raise PydanticCustomError(
+    def _reject_unknown_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        # Validate the known fields too, so unknown fields are reported with every other problem.
+        if not isinstance(data, Mapping):
+            return handler(data)
+        accepted = [*cls.model_fields, *cls.input_only_keys]
+        unknown = sorted(str(k) for k in data if k not in accepted)
+        if not unknown:
+            return handler(data)
+        problems = [
+            InitErrorDetails(
+                type=PydanticCustomError(
                     "unknown_field",
                     "unknown field(s) {unknown}; accepted: {accepted}",
                     {"unknown": ", ".join(unknown), "accepted": ", ".join(accepted)},
+                ),
+                loc=(),
+                input=data,
+            )
+        ]
+        try:
+            handler({k: v for k, v in data.items() if k in accepted})
+        except ValidationError as error:
+            problems += [
+                InitErrorDetails(
+                    type=PydanticCustomError(e["type"], e["msg"], e.get("ctx")), loc=e["loc"], input=e["input"]
                 )
-        return data
+                for e in error.errors()
+            ]
+        raise ValidationError.from_exception_data(cls.__name__, problems)
 
 
 def parse_memory(raw: int | float | str) -> int:
@@ -160,13 +181,16 @@ class ConstraintSpec(StrictModel):
     key: str
     op: Op
     values: tuple[str | int | float | bool, ...] = Field(default=(), validate_default=True)
+    input_only_keys: ClassVar[tuple[str, ...]] = ("value",)
 
     @model_validator(mode="before")
     @classmethod
     def _single_value(cls, data: Any) -> Any:
         if isinstance(data, Constraint):
             return {"key": data.key, "op": data.op, "values": data.values}
-        if isinstance(data, Mapping) and "value" in data and "values" not in data:
+        if isinstance(data, Mapping) and "value" in data and "values" in data:
+            raise PydanticCustomError("value_and_values", "give value or values, not both")
+        if isinstance(data, Mapping) and "value" in data:
             return {**{k: v for k, v in data.items() if k != "value"}, "values": [data["value"]]}
         return data
 
@@ -199,7 +223,7 @@ class ConstraintSpec(StrictModel):
             raise PydanticCustomError("constraint_values", str(error)) from None
 
     def to_constraint(self) -> Constraint:
-        return Constraint(self.key, self.op, tuple(normalize_value(v) for v in self.values))
+        return Constraint(self.key, self.op, self.values)  # already normalized by ``_values``
 
 
 def _band(value: Any) -> Band:

@@ -96,6 +96,8 @@ class PeerBackendIn(StrictModel):
     def _future_versions(cls, data: Any) -> Any:
         if isinstance(data, Mapping) and isinstance(block := data.get("availability"), Mapping):
             version = block.get("version")
+            if isinstance(version, str) and version.strip().isdigit():
+                version = int(version)  # proto3 JSON (list-peers output) prints the version as a string
             if isinstance(version, int) and not isinstance(version, bool) and version > AVAILABILITY_METRIC_VERSION:
                 return {**data, "availability": None, "unsupported_availability_version": version}
         return data

@@ -44,6 +44,10 @@ class JobRecord:
     updated_at_ms: int
     row_version: int
     origin: Origin | None
+    delivery_attempts: int = 0
+    next_delivery_at_ms: int | None = None
+    last_delivery_error: str = ""
+    cancel_delivered_version: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -73,6 +77,10 @@ class JobRecord:
             updated_at_ms=row["updated_at_ms"],
             row_version=row["row_version"],
             origin=origin,
+            delivery_attempts=row["delivery_attempts"],
+            next_delivery_at_ms=row["next_delivery_at_ms"],
+            last_delivery_error=row["last_delivery_error"],
+            cancel_delivered_version=row["cancel_delivered_version"],
         )
 
     @property

@@ -61,6 +61,12 @@ jobs = sa.Table(
     sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
     # Bumped by every write, so a poller can tell that anything changed with one comparison.
     sa.Column("row_version", sa.Integer, nullable=False, server_default="1"),
+    # Delivery of a pending handoff: retried with exponential backoff until the peer answers for good.
+    sa.Column("delivery_attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_delivery_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
+    # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
+    sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
     # The Airflow task instance that submitted the job (for links back), when there is one.
     sa.Column("origin_dag_id", sa.Text, nullable=True),
     sa.Column("origin_run_id", sa.Text, nullable=True),
@@ -126,6 +132,14 @@ ledger = sa.Table(
     sa.Column("observation_epoch_ms", sa.BigInteger, nullable=False),
     sa.Column("amount", sa.BigInteger, nullable=False),
     sa.CheckConstraint("amount >= 0", name="amount"),
+)
+
+peer_sync = sa.Table(
+    "iris_peer_sync",
+    metadata,
+    sa.Column("peer_id", sa.Text, primary_key=True),
+    sa.Column("cursor", sa.Text, nullable=False, server_default=""),  # opaque to us: the peer's own
+    sa.Column("synced_at_ms", sa.BigInteger, nullable=True),
 )
 
 leases = sa.Table(

@@ -38,7 +38,7 @@ from iris_airflow_provider.store.records import (
     Origin,
     PeerRecord,
 )
-from iris_airflow_provider.store.schema import job_events, jobs, leases, ledger, peer_backends, peers
+from iris_airflow_provider.store.schema import job_events, jobs, leases, ledger, peer_backends, peer_sync, peers
 
 _TERMINAL = tuple(s.value for s in TERMINAL)
 _MIGRATION_LOCK = 0x1815_FED  # PostgreSQL advisory lock id held while migrating
@@ -136,6 +136,67 @@ class FederationStore:
                 _event(connection, spec.job_id, now_ms, "admitted", JobState.PENDING, handoff, peer_id, direction)
             row = connection.execute(sa.select(jobs).where(jobs.c.job_id == spec.job_id)).mappings().one()
         return Admission(JobRecord.from_row(row), created=inserted is not None)
+
+    def reincarnate(
+        self,
+        spec: JobSpec,
+        *,
+        direction: Direction,
+        now_ms: int,
+        submitting_user: str,
+        owner_principal: str = "",
+        peer_id: str = "",
+        backend_id: str = "",
+        origin: Origin | None = None,
+    ) -> JobRecord | None:
+        """Run a finished job again under its id, as a new incarnation (a fresh nonce).
+
+        Only a terminal job can be reincarnated; returns None when the job is missing or still live.
+        """
+        handoff = HandoffState.QUEUED.value if direction is Direction.SENT else None
+        with self._write() as connection:
+            row = (
+                connection.execute(
+                    jobs.update()
+                    .where(jobs.c.job_id == spec.job_id, jobs.c.state.in_(_TERMINAL))
+                    .values(
+                        direction=direction.value,
+                        handoff_state=handoff,
+                        state=JobState.PENDING.value,
+                        peer_id=peer_id,
+                        backend_id=backend_id,
+                        owner_principal=owner_principal,
+                        submitting_user=submitting_user,
+                        nonce=uuid.uuid4().hex,
+                        cancel_intent_version=0,
+                        cancel_delivered_version=0,
+                        priority_band=spec.priority_band.wire_name,
+                        submitted_at_ms=now_ms,
+                        scheduling_deadline_ms=spec.scheduling_deadline_ms,
+                        spec=spec.model_dump(mode="json"),
+                        error="",
+                        exit_code=None,
+                        started_at_ms=None,
+                        finished_at_ms=None,
+                        reported_at_ms=None,
+                        delivery_attempts=0,
+                        next_delivery_at_ms=None,
+                        last_delivery_error="",
+                        origin_dag_id=origin.dag_id if origin else None,
+                        origin_run_id=origin.run_id if origin else None,
+                        origin_task_id=origin.task_id if origin else None,
+                        origin_map_index=origin.map_index if origin else None,
+                        **_touched(now_ms),
+                    )
+                    .returning(*jobs.c)
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                return None
+            _event(connection, spec.job_id, now_ms, "resubmitted", JobState.PENDING, handoff, peer_id, direction)
+        return JobRecord.from_row(row)
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._read() as connection:
@@ -293,6 +354,214 @@ class FederationStore:
                 return False
             _event(connection, job_id, now_ms, "state", to_state, row[0], row[1], error or "")
         return True
+
+    # Delivery, sync and cancel re-drive ------------------------------------------------------
+
+    def pending_handoffs(self, now_ms: int) -> list[JobRecord]:
+        """Promoted jobs to deliver now: pending, uncancelled, not terminal, not backing off."""
+        query = sa.select(jobs).where(
+            jobs.c.direction == Direction.SENT.value,
+            jobs.c.handoff_state == HandoffState.PENDING.value,
+            jobs.c.cancel_intent_version == 0,
+            jobs.c.state.not_in(_TERMINAL),
+            sa.or_(jobs.c.next_delivery_at_ms.is_(None), jobs.c.next_delivery_at_ms <= now_ms),
+        )
+        with self._read() as connection:
+            return [
+                JobRecord.from_row(row) for row in connection.execute(query.order_by(jobs.c.submitted_at_ms)).mappings()
+            ]
+
+    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int) -> bool:
+        """The peer admitted this incarnation. Applies even if a cancel raced the delivery: the
+        re-drive then routes that cancel to the peer, which now has the job."""
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.nonce == nonce,
+                    jobs.c.handoff_state == HandoffState.PENDING.value,
+                )
+                .values(handoff_state=HandoffState.HANDED_OFF.value, last_delivery_error="", **_touched(now_ms))
+                .returning(jobs.c.peer_id)
+            ).first()
+            if row is None:
+                return False
+            _event(connection, job_id, now_ms, "handed_off", None, HandoffState.HANDED_OFF, row[0])
+        return True
+
+    def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool:
+        """The peer refused this incarnation for good: the job ends with the peer's message."""
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.nonce == nonce,
+                    jobs.c.handoff_state == HandoffState.PENDING.value,
+                )
+                .values(handoff_state=HandoffState.REJECTED.value, last_delivery_error=message, **_touched(now_ms))
+                .returning(jobs.c.peer_id)
+            ).first()
+            if row is None:
+                return False
+            peer_id = row[0]
+            _event(connection, job_id, now_ms, "rejected", None, HandoffState.REJECTED, peer_id, message)
+            _set_terminal(
+                connection,
+                job_id,
+                now_ms,
+                JobState.KILLED,
+                reasons.peer_rejected(peer_id, message),
+                HandoffState.REJECTED,
+                peer_id,
+            )
+        return True
+
+    def defer_delivery(self, job_id: str, nonce: str, error: str, retry_at_ms: int, now_ms: int) -> bool:
+        """A delivery failed in a way a retry may fix: count it and wait until ``retry_at_ms``."""
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.nonce == nonce,
+                    jobs.c.handoff_state == HandoffState.PENDING.value,
+                )
+                .values(
+                    delivery_attempts=jobs.c.delivery_attempts + 1,
+                    next_delivery_at_ms=retry_at_ms,
+                    last_delivery_error=error,
+                    **_touched(now_ms),
+                )
+                .returning(jobs.c.peer_id, jobs.c.delivery_attempts)
+            ).first()
+            if row is None:
+                return False
+            detail = f"attempt {row[1]} failed (will retry): {error}"
+            _event(connection, job_id, now_ms, "delivery_failed", None, HandoffState.PENDING, row[0], detail)
+        return True
+
+    def in_flight(self) -> list[JobRecord]:
+        """Non-terminal jobs someone else runs for us: handed-off (and pending) handoffs, and local jobs."""
+        query = sa.select(jobs).where(
+            jobs.c.state.not_in(_TERMINAL),
+            sa.or_(
+                jobs.c.direction == Direction.LOCAL.value,
+                sa.and_(
+                    jobs.c.direction == Direction.SENT.value,
+                    jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
+                ),
+            ),
+        )
+        with self._read() as connection:
+            return [JobRecord.from_row(row) for row in connection.execute(query).mappings()]
+
+    def mirror(
+        self,
+        job_id: str,
+        *,
+        nonce: str,
+        state: JobState,
+        now_ms: int,
+        backend_id: str = "",
+        error: str = "",
+        exit_code: int | None = None,
+        started_at_ms: int | None = None,
+        finished_at_ms: int | None = None,
+    ) -> bool:
+        """Take what the job's runner reports (a peer, or a local backend) for this incarnation.
+
+        A report for a pending handoff also means the peer has it (handed off). Terminal jobs and
+        other incarnations are left alone. Returns whether anything changed.
+        """
+        changed = sa.or_(
+            jobs.c.state != state.value,
+            jobs.c.reported_at_ms.is_(None),
+            jobs.c.handoff_state == HandoffState.PENDING.value,
+        )
+        values: dict[str, Any] = {
+            "state": state.value,
+            "reported_at_ms": sa.func.coalesce(jobs.c.reported_at_ms, now_ms),
+            "handoff_state": sa.case(
+                (jobs.c.handoff_state == HandoffState.PENDING.value, HandoffState.HANDED_OFF.value),
+                else_=jobs.c.handoff_state,
+            ),
+            **_touched(now_ms),
+        }
+        if backend_id:
+            values["backend_id"] = backend_id
+        if state.terminal:
+            values.update(error=error, exit_code=exit_code, finished_at_ms=finished_at_ms or now_ms)
+        if started_at_ms is not None:
+            values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, started_at_ms)
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, jobs.c.state.not_in(_TERMINAL), changed)
+                .values(**values)
+                .returning(jobs.c.handoff_state, jobs.c.peer_id)
+            ).first()
+            if row is None:
+                return False
+            _event(connection, job_id, now_ms, "reported", state, row[0], row[1], error)
+        return True
+
+    def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool:
+        """The runner no longer has this incarnation: cancelled if we asked for it, else failed."""
+        with self._write() as connection:
+            row = connection.execute(
+                sa.select(jobs.c.peer_id, jobs.c.cancel_intent_version, jobs.c.handoff_state, jobs.c.direction).where(
+                    jobs.c.job_id == job_id, jobs.c.nonce == nonce, jobs.c.state.not_in(_TERMINAL)
+                )
+            ).first()
+            if row is None:
+                return False
+            peer_id, intent, handoff, direction = row
+            if intent:
+                state, error = JobState.KILLED, reasons.CANCELLED_PEER_GONE
+            elif direction == Direction.SENT.value:
+                state, error = JobState.FAILED, f"Peer {peer_id} no longer has the job"
+            else:
+                state, error = JobState.FAILED, "The local backend no longer has the job"
+            return _set_terminal(connection, job_id, now_ms, state, error, handoff, peer_id)
+
+    def pending_cancels(self) -> list[JobRecord]:
+        """Cancels not yet confirmed by whoever runs the job (a peer, or a local backend)."""
+        query = sa.select(jobs).where(
+            jobs.c.cancel_intent_version > jobs.c.cancel_delivered_version,
+            sa.or_(
+                jobs.c.direction == Direction.LOCAL.value,
+                sa.and_(
+                    jobs.c.direction == Direction.SENT.value,
+                    jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
+                ),
+            ),
+        )
+        with self._read() as connection:
+            return [JobRecord.from_row(row) for row in connection.execute(query).mappings()]
+
+    def confirm_cancel(self, job_id: str, nonce: str, version: int, now_ms: int) -> None:
+        with self._write() as connection:
+            connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, jobs.c.cancel_delivered_version < version)
+                .values(cancel_delivered_version=version, **_touched(now_ms))
+            )
+
+    def sync_cursor(self, peer_id: str) -> str:
+        with self._read() as connection:
+            cursor = connection.execute(sa.select(peer_sync.c.cursor).where(peer_sync.c.peer_id == peer_id)).scalar()
+        return cursor or ""
+
+    def save_sync_cursor(self, peer_id: str, cursor: str, now_ms: int) -> None:
+        values = {"cursor": cursor, "synced_at_ms": now_ms}
+        with self._write() as connection:
+            connection.execute(
+                _insert(connection, peer_sync)
+                .values(peer_id=peer_id, **values)
+                .on_conflict_do_update(index_elements=["peer_id"], set_=values)
+            )
 
     # Peers -------------------------------------------------------------------------------------
 

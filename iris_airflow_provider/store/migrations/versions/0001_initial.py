@@ -44,6 +44,10 @@ def upgrade() -> None:
         sa.Column("reported_at_ms", sa.BigInteger, nullable=True),
         sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
         sa.Column("row_version", sa.Integer, nullable=False, server_default="1"),
+        sa.Column("delivery_attempts", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("next_delivery_at_ms", sa.BigInteger, nullable=True),
+        sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
+        sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
         sa.Column("origin_dag_id", sa.Text, nullable=True),
         sa.Column("origin_run_id", sa.Text, nullable=True),
         sa.Column("origin_task_id", sa.Text, nullable=True),
@@ -114,6 +118,13 @@ def upgrade() -> None:
         sa.CheckConstraint("amount >= 0", name="ck_iris_reservation_ledger_amount"),
     )
     op.create_table(
+        "iris_peer_sync",
+        sa.Column("peer_id", sa.Text, nullable=False),
+        sa.Column("cursor", sa.Text, nullable=False, server_default=""),
+        sa.Column("synced_at_ms", sa.BigInteger, nullable=True),
+        sa.PrimaryKeyConstraint("peer_id", name="pk_iris_peer_sync"),
+    )
+    op.create_table(
         "iris_leases",
         sa.Column("name", sa.Text, nullable=False),
         sa.Column("holder", sa.Text, nullable=False),
@@ -125,6 +136,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in (
         "iris_leases",
+        "iris_peer_sync",
         "iris_reservation_ledger",
         "iris_peer_backends",
         "iris_peers",

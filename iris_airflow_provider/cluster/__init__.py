@@ -1,0 +1,1 @@
+"""This cluster: its configuration file and the objects built from it."""

@@ -1,0 +1,84 @@
+"""A peer without an agent: the parent drives the peer's backends directly (a process backend in the
+demo and tests, a Kubernetes cluster through its API in production)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from iris_airflow_provider.backends.base import (
+    AlreadyExistsError,
+    Backend,
+    JobReport,
+    LogChunk,
+    Submission,
+    SubmissionRefusedError,
+)
+from iris_airflow_provider.federation.availability import PeerBackend
+from iris_airflow_provider.federation.constraints import satisfies_all
+from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult
+
+
+class AgentlessPeer:
+    def __init__(self, peer_id: str, backends: Sequence[Backend]) -> None:
+        if not backends:
+            raise ValueError(f"peer {peer_id} needs at least one backend")
+        self.peer_id = peer_id
+        self.backends = {backend.backend_id: backend for backend in backends}
+
+    def heartbeat(self) -> list[PeerBackend]:
+        try:
+            return [backend.describe() for backend in self.backends.values()]
+        except OSError as error:
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"cannot read peer {self.peer_id}: {error}") from error
+
+    def _backend_for(self, handoff: Handoff) -> Backend:
+        chosen = self.backends.get(handoff.backend_id)
+        if chosen is not None:
+            return chosen
+        # Force-routed (or the backend went away): the first backend whose shape fits, else the first.
+        routing = handoff.spec.routing
+        for backend in self.backends.values():
+            if satisfies_all(backend.describe().advertised, routing):
+                return backend
+        return next(iter(self.backends.values()))
+
+    def deliver(self, handoff: Handoff) -> JobReport:
+        backend = self._backend_for(handoff)
+        submission = Submission(
+            job_id=handoff.job_id,
+            nonce=handoff.nonce,
+            spec=handoff.spec,
+            requester=handoff.requester,
+            submitted_at_ms=handoff.submitted_at_ms,
+        )
+        try:
+            return backend.submit(submission).report
+        except AlreadyExistsError as error:
+            raise PeerError(PeerErrorCode.ALREADY_EXISTS, str(error)) from error
+        except SubmissionRefusedError as error:
+            raise PeerError(PeerErrorCode.INVALID_ARGUMENT, str(error)) from error
+        except OSError as error:
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error
+
+    def sync(self, job_ids: list[str], cursor: str) -> SyncResult:
+        reports: dict[str, JobReport] = {}
+        try:
+            for backend in self.backends.values():
+                for job_id in job_ids:
+                    if job_id not in reports and (report := backend.status(job_id)) is not None:
+                        reports[job_id] = report
+        except OSError as error:
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error
+        return SyncResult(reports, frozenset(job_ids) - reports.keys(), cursor)
+
+    def cancel(self, job_id: str) -> bool:
+        try:
+            return any(backend.cancel(job_id) for backend in self.backends.values())
+        except OSError as error:
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error
+
+    def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
+        for backend in self.backends.values():
+            if backend.status(job_id) is not None:
+                return backend.logs(job_id, cursor, max_lines)
+        return LogChunk((), cursor)

@@ -1,0 +1,1 @@
+"""Services: the federation operations (submit, cancel, tick) over the store, backends and peers."""

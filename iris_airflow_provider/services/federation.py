@@ -1,0 +1,414 @@
+"""The federation operations: submit (classify and enqueue), cancel, and the placement tick.
+
+Everything here is plain Python over the store, this cluster's backends and its peers; the
+Airflow operator, sensor, trigger and DAG only call into it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+from iris_airflow_provider.backends.base import (
+    AlreadyExistsError,
+    Backend,
+    JobReport,
+    Submission,
+    SubmissionRefusedError,
+)
+from iris_airflow_provider.cluster.config import ClusterConfig
+from iris_airflow_provider.federation.availability import LocalBackend
+from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.federation.placement import Candidate, plan
+from iris_airflow_provider.federation.router import Decision, Disposition, classify
+from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, PeerErrorCode
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
+from iris_airflow_provider.store.store import FederationStore
+
+log = logging.getLogger(__name__)
+
+# Who a job submitted by an unauthenticated or in-cluster caller is accountable to; never federated.
+LOCAL_ADMIN = "local_admin"
+DELIVERY_BACKOFF_BASE_MS = 5_000
+DELIVERY_BACKOFF_MAX_MS = 300_000
+
+T = TypeVar("T")
+
+
+class IdentityError(ValueError):
+    """A job that would federate has no accountable submitter."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    decision: Decision
+    job: JobRecord | None  # None when rejected
+    reattached: bool = False  # a live job with this id already existed: nothing new was submitted
+
+
+@dataclass
+class TickReport:
+    started_at_ms: int
+    heartbeats: dict[str, str] = field(default_factory=dict)  # peer -> "ok" or the error
+    expired: list[str] = field(default_factory=list)
+    promoted: list[str] = field(default_factory=list)  # "job->peer/backend"
+    delivered: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    retrying: list[str] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)  # jobs whose state changed from a report
+    cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
+    pending: int = 0
+    duration_ms: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
+        for name in ("expired", "promoted", "delivered", "rejected", "retrying", "reported", "cancelled"):
+            items: list[str] = getattr(self, name)
+            if items:
+                parts.append(f"{name} {len(items)}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
+        parts.append(f"{self.pending} still queued")
+        return "; ".join(parts) + f" ({self.duration_ms} ms)"
+
+
+class Federation:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        store: FederationStore,
+        *,
+        backends: Mapping[str, Backend],
+        peers: Mapping[str, Peer],
+        clock: Callable[[], int] = now_ms,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.backends = dict(backends)
+        self.peers = dict(peers)
+        self.clock = clock
+        self.jitter = jitter
+        self.settings = config.placement
+
+    @property
+    def staleness_ms(self) -> int:
+        return int(self.settings.heartbeat_staleness_seconds * 1000)
+
+    # Submit ------------------------------------------------------------------------------------
+
+    def local_backends(self) -> list[LocalBackend]:
+        described = [backend.describe() for backend in self.backends.values()]
+        return [
+            LocalBackend(b.backend_id, b.advertised, dict(b.availability.total_amounts) if b.availability else None)
+            for b in described
+        ]
+
+    def classify(self, spec: JobSpec) -> Decision:
+        return classify(
+            spec,
+            local_backends=self.local_backends(),
+            peers=self.store.peer_states(),
+            now_ms=self.clock(),
+            staleness_ms=self.staleness_ms,
+        )
+
+    def submit(
+        self, spec: JobSpec, *, submitting_user: str, origin: Origin | None = None, owner_principal: str = ""
+    ) -> Submitted:
+        """Classify a whole job and enqueue it (QUEUE), start it here (LOCAL), or say why not (REJECT).
+
+        Idempotent per job id: while a job with this id is live, submitting it again reattaches to
+        it; once it has finished, submitting runs it again as a new incarnation.
+        """
+        spec = spec.with_default_region(self.config.default_region)
+        existing = self.store.get_job(spec.job_id)
+        if existing is not None and not existing.terminal:
+            return Submitted(_decision_of(existing), existing, reattached=True)
+        decision = self.classify(spec)
+        if decision.disposition is Disposition.REJECT:
+            return Submitted(decision, None)
+        if decision.disposition is Disposition.QUEUE and submitting_user in ("", LOCAL_ADMIN):
+            raise IdentityError(
+                f"Job {spec.job_id} would run on a peer cluster, which needs an accountable submitter, "
+                "and this run has none: trigger it as a logged-in user (UI or REST API), or set "
+                "submitter='someone@example.com' on the operator for scheduled runs."
+            )
+        local = decision.disposition is Disposition.LOCAL
+        direction = Direction.LOCAL if local else Direction.SENT
+        now = self.clock()
+        arguments: dict[str, Any] = {
+            "direction": direction,
+            "now_ms": now,
+            "submitting_user": submitting_user,
+            "owner_principal": owner_principal or submitting_user,
+            "peer_id": decision.pinned_peer_id,
+            "backend_id": decision.local_backend_id,
+            "origin": origin,
+        }
+        if existing is not None:
+            record = self.store.reincarnate(spec, **arguments)
+        else:
+            admission = self.store.admit(spec, **arguments)
+            record = admission.job if admission.created else None
+        if record is None:  # someone else submitted it between our read and our write: join them
+            current = self.store.get_job(spec.job_id)
+            return Submitted(_decision_of(current) if current else decision, current, reattached=True)
+        if local:
+            self._start_local(record, spec)
+            record = self.store.get_job(spec.job_id) or record
+        log.info("Job %s: %s", spec.job_id, _describe_decision(decision))
+        return Submitted(decision, record)
+
+    def _start_local(self, record: JobRecord, spec: JobSpec) -> None:
+        backend = self.backends[record.backend_id]
+        submission = Submission(record.job_id, record.nonce, spec, "", record.submitted_at_ms)
+        try:
+            report = backend.submit(submission).report
+        except (SubmissionRefusedError, AlreadyExistsError) as error:
+            self.store.transition(record.job_id, to_state=JobState.FAILED, now_ms=self.clock(), error=str(error))
+            return
+        self._apply_report(record, report)
+
+    # Cancel ------------------------------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> CancelOutcome:
+        """Cancel a job: before handoff it never reaches a peer; after, the peer is told (and re-told)."""
+        outcome = self.store.request_cancel(job_id, self.clock())
+        if outcome.found and not outcome.was_terminal:
+            record = self.store.get_job(job_id)
+            if record is not None:
+                self._deliver_cancel(record)
+        return outcome
+
+    def _deliver_cancel(self, record: JobRecord) -> bool:
+        try:
+            if record.direction is Direction.LOCAL:
+                backend = self.backends.get(record.backend_id)
+                found = backend.cancel(record.job_id) if backend is not None else False
+            else:
+                peer = self.peers.get(record.peer_id)
+                if peer is None:
+                    return False
+                found = peer.cancel(record.job_id)
+        except (PeerError, OSError) as error:
+            log.warning("Cancel of %s could not be delivered yet (will retry): %s", record.job_id, error)
+            return False
+        if not found:
+            self.store.mark_gone(record.job_id, record.nonce, self.clock())
+        self.store.confirm_cancel(record.job_id, record.nonce, record.cancel_intent_version, self.clock())
+        return True
+
+    # The tick ----------------------------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        """Heartbeats, expiry, placement, delivery, status sync, cancel re-drive: one pass of each."""
+        report = TickReport(started_at_ms=self.clock())
+        self._heartbeats(report)
+        self.store.prune_ledger()
+        report.expired = self.store.expire_queued(self.clock())
+        self._place(report)
+        self._deliver(report)
+        self._sync(report)
+        self._redrive_cancels(report)
+        report.duration_ms = self.clock() - report.started_at_ms
+        log.info("Federation tick: %s", report.summary())
+        return report
+
+    def _heartbeats(self, report: TickReport) -> None:
+        timeout = self.settings.heartbeat_timeout_seconds
+        results = _each_peer(self.peers, lambda peer: peer.heartbeat(), timeout)
+        now = self.clock()
+        for peer_id, result in results.items():
+            if isinstance(result, BaseException):
+                self.store.record_heartbeat(peer_id, now, None, error=str(result))
+                report.heartbeats[peer_id] = str(result)
+            else:
+                self.store.record_heartbeat(peer_id, now, result)
+                report.heartbeats[peer_id] = "ok"
+        self.store.forget_peers(self.peers)
+
+    def _place(self, report: TickReport) -> None:
+        queued = self.store.queued_jobs()
+        candidates = [Candidate.from_job(job.job_spec, job.submitted_at_ms) for job in queued]
+        result = plan(
+            candidates,
+            self.store.peer_states(),
+            self.store.ledger(),
+            now_ms=self.clock(),
+            max_per_peer=self.settings.max_handoffs_per_cycle,
+            staleness_ms=self.staleness_ms,
+        )
+        confirmed = self.store.apply_promotions(result.promotions, self.clock())
+        report.promoted = [f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in confirmed]
+        report.pending = len(result.pending)
+        if confirmed:
+            log.info("Federation: promoted %d queued job(s): %s", len(confirmed), ", ".join(report.promoted))
+
+    def _deliver(self, report: TickReport) -> None:
+        by_peer: dict[str, list[JobRecord]] = defaultdict(list)
+        for job in self.store.pending_handoffs(self.clock()):
+            by_peer[job.peer_id].append(job)
+
+        def deliver_all(peer: Peer) -> list[tuple[JobRecord, JobReport | PeerError]]:
+            outcomes: list[tuple[JobRecord, JobReport | PeerError]] = []
+            for job in by_peer[peer.peer_id]:
+                handoff = Handoff(
+                    job_id=job.job_id,
+                    nonce=job.nonce,
+                    spec=job.job_spec,
+                    backend_id=job.backend_id,
+                    requester=self.config.name,
+                    owner_principal=job.owner_principal,
+                    submitting_user=job.submitting_user,
+                    submitted_at_ms=job.submitted_at_ms,
+                )
+                try:
+                    outcomes.append((job, peer.deliver(handoff)))
+                except PeerError as error:
+                    outcomes.append((job, error))
+            return outcomes
+
+        targets = {peer_id: self.peers[peer_id] for peer_id in by_peer if peer_id in self.peers}
+        for peer_id, jobs in by_peer.items():
+            if peer_id not in self.peers:
+                for job in jobs:
+                    self._retry_delivery(job, f"peer {peer_id} is not configured", report)
+        results = _each_peer(targets, deliver_all, self.settings.delivery_timeout_seconds)
+        for peer_id, result in results.items():
+            if isinstance(result, BaseException):
+                for job in by_peer[peer_id]:
+                    self._retry_delivery(job, str(result), report)
+                continue
+            for job, outcome in result:
+                if isinstance(outcome, JobReport):
+                    self.store.mark_handed_off(job.job_id, job.nonce, self.clock())
+                    self._apply_report(job, outcome)
+                    report.delivered.append(job.job_id)
+                elif outcome.terminal:
+                    self.store.reject_handoff(job.job_id, job.nonce, outcome.message, self.clock())
+                    report.rejected.append(job.job_id)
+                else:
+                    self._retry_delivery(job, str(outcome), report)
+
+    def _retry_delivery(self, job: JobRecord, error: str, report: TickReport) -> None:
+        backoff = min(DELIVERY_BACKOFF_MAX_MS, DELIVERY_BACKOFF_BASE_MS * 2 ** min(job.delivery_attempts, 16))
+        delay = int(backoff * (0.5 + self.jitter() / 2))  # jitter: peers recovering are not hit in lockstep
+        now = self.clock()
+        self.store.defer_delivery(job.job_id, job.nonce, error, now + delay, now)
+        log.warning(
+            "Handoff of %s to peer %s failed (will retry in %d s): %s", job.job_id, job.peer_id, delay // 1000, error
+        )
+        report.retrying.append(job.job_id)
+
+    def _sync(self, report: TickReport) -> None:
+        in_flight = self.store.in_flight()
+        sent: dict[str, list[JobRecord]] = defaultdict(list)
+        local: list[JobRecord] = []
+        for job in in_flight:
+            if job.direction is Direction.LOCAL:
+                local.append(job)
+            elif job.peer_id in self.peers:
+                sent[job.peer_id].append(job)
+
+        def sync_peer(peer: Peer) -> Any:
+            ids = [job.job_id for job in sent[peer.peer_id]]
+            return peer.sync(ids, self.store.sync_cursor(peer.peer_id))
+
+        results = _each_peer({p: self.peers[p] for p in sent}, sync_peer, self.settings.heartbeat_timeout_seconds)
+        for peer_id, result in results.items():
+            if isinstance(result, BaseException):
+                log.warning("Status sync with peer %s failed: %s", peer_id, result)
+                continue
+            for job in sent[peer_id]:
+                if self._apply_sync(job, result.reports.get(job.job_id), job.job_id in result.gone):
+                    report.reported.append(job.job_id)
+            self.store.save_sync_cursor(peer_id, result.cursor, self.clock())
+        for job in local:
+            backend = self.backends.get(job.backend_id)
+            if backend is None:
+                continue
+            job_report = backend.status(job.job_id)
+            if job_report is None:
+                if self.store.mark_gone(job.job_id, job.nonce, self.clock()):
+                    report.reported.append(job.job_id)
+            elif self._apply_report(job, job_report):
+                report.reported.append(job.job_id)
+
+    def _apply_sync(self, job: JobRecord, job_report: JobReport | None, gone: bool) -> bool:
+        if job_report is not None:
+            return self._apply_report(job, job_report)
+        # Only a handed-off job can be gone: a pending one may simply not have arrived yet.
+        if gone and job.handoff_state is HandoffState.HANDED_OFF:
+            return self.store.mark_gone(job.job_id, job.nonce, self.clock())
+        return False
+
+    def _apply_report(self, job: JobRecord, job_report: JobReport) -> bool:
+        if job_report.nonce != job.nonce:
+            return False  # another incarnation's news
+        return self.store.mirror(
+            job.job_id,
+            nonce=job.nonce,
+            state=job_report.state,
+            now_ms=self.clock(),
+            backend_id=job_report.backend_id,
+            error=job_report.error,
+            exit_code=job_report.exit_code,
+            started_at_ms=job_report.started_at_ms,
+            finished_at_ms=job_report.finished_at_ms,
+        )
+
+    def _redrive_cancels(self, report: TickReport) -> None:
+        for job in self.store.pending_cancels():
+            if self._deliver_cancel(job):
+                report.cancelled.append(job.job_id)
+
+
+def _decision_of(job: JobRecord) -> Decision:
+    if job.direction is Direction.SENT:
+        return Decision(
+            Disposition.QUEUE, pinned_peer_id=job.peer_id if job.handoff_state is HandoffState.QUEUED else ""
+        )
+    return Decision(Disposition.LOCAL, local_backend_id=job.backend_id)
+
+
+def _describe_decision(decision: Decision) -> str:
+    if decision.disposition is Disposition.LOCAL:
+        return f"runs locally on backend {decision.local_backend_id}"
+    if decision.pinned_peer_id:
+        return f"queued for peer {decision.pinned_peer_id}"
+    return "queued for a federation peer"
+
+
+def _each_peer(peers: Mapping[str, Peer], call: Callable[[Peer], T], timeout_s: float) -> dict[str, T | BaseException]:
+    """Call each peer in parallel; a slow or failing peer never holds up the others."""
+    if not peers:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=min(16, len(peers)), thread_name_prefix="iris-peer")
+    futures = {peer_id: pool.submit(call, peer) for peer_id, peer in peers.items()}
+    results: dict[str, T | BaseException] = {}
+    deadline = time.monotonic() + timeout_s
+    for peer_id, future in futures.items():
+        try:
+            results[peer_id] = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            results[peer_id] = PeerError(
+                PeerErrorCode.UNAVAILABLE, f"peer {peer_id} did not answer within {timeout_s:g} s"
+            )
+        except Exception as error:  # one peer's bug must not stop the tick for the others
+            results[peer_id] = error
+    pool.shutdown(wait=False, cancel_futures=True)
+    return results
