@@ -20,6 +20,48 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["iris_airflow_provider.hooks.federation_store"],
             }
         ],
+        "operators": [
+            {"integration-name": "Iris Federation", "python-modules": ["iris_airflow_provider.operators.federated"]}
+        ],
+        "sensors": [
+            {"integration-name": "Iris Federation", "python-modules": ["iris_airflow_provider.sensors.federated"]}
+        ],
+        "triggers": [
+            {
+                "integration-name": "Iris Federation",
+                "python-modules": ["iris_airflow_provider.triggers.federation", "iris_airflow_provider.triggers.wake"],
+            }
+        ],
+        "extra-links": ["iris_airflow_provider.links.FederationJobLink"],
+        "config": {
+            "iris_federation": {
+                "description": "Iris federation provider.",
+                "options": {
+                    "cluster_config": {
+                        "description": "Path of the cluster configuration file (YAML or JSON): this cluster's "
+                        "name, local backends and peers. Empty: one local CPU process backend, no peers.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/etc/airflow/iris-cluster.yaml",
+                        "default": "",
+                    },
+                    "conn_id": {
+                        "description": "Connection of the federation store (its host is a SQLAlchemy URL).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "iris_federation_default",
+                    },
+                    "default_deferrable": {
+                        "description": "Whether operators and sensors wait in the triggerer by default.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": None,
+                        "default": "True",
+                    },
+                },
+            }
+        },
         "connection-types": [
             {
                 "hook-class-name": "iris_airflow_provider.hooks.federation_store.FederationStoreHook",

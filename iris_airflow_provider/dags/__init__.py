@@ -1,1 +1,1 @@
-"""Populated by the Airflow surface (operator, sensor, trigger, placement DAG)."""
+"""DAG files shipped with the provider (load them with a DAG bundle; see the README)."""

@@ -22,9 +22,18 @@ Rules (the reference's ``assign_queued``, plus where DESIGN.md goes beyond it):
 - a peer past the staleness bound is unreachable; a job past its deadline expires instead.
 
 The pass is indexed, not a scan of every backend for every job: candidates that share a shape,
-pin, band and gated tokens share their list of options, and an upper bound on what those options
-can still offer (capacity only ever decreases during a pass) lets a job that cannot fit anywhere be
-skipped in constant time. The tests keep the plain scan as a reference and check both agree.
+pin, band and gated tokens share one list of options, built once. Within a pass capacity only ever
+decreases and promotion counts only increase, so:
+
+- an upper bound on what a class's options can still offer lets a gated job that cannot fit
+  anywhere be skipped in constant time;
+- an option on a peer that reached its cap is dropped for good, and once every peer is capped the
+  rest of the queue stays queued without being looked at;
+- where only one backend of a peer could ever win (for an ungated job's tracked options and any
+  job's shape-only ones, the lowest backend id), the list holds only that one.
+
+The tests keep the plain scan as a reference and check both agree; ``bench/placement_bench.py``
+times both on large states.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from iris_airflow_provider.federation.model import JobSpec
 
 DEFAULT_MAX_HANDOFFS_PER_CYCLE = 8
 DEFAULT_HEARTBEAT_STALENESS_MS = 120_000
+_UNBOUNDED = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +132,34 @@ class _Tracked:
     observation: int
 
 
+@dataclass(frozen=True, slots=True)
+class _PeerMatch:
+    """What one shape matches on one reachable peer."""
+
+    index: int
+    peer_id: str
+    tracked: list[_Tracked]  # matching capacity-reporting backends, by backend id
+    shape_only: str | None  # the lowest id of a matching backend without visible capacity, if any
+    matched: bool  # whether any backend matches at all
+
+
 @dataclass(slots=True)
 class _Options:
-    """Everywhere one class of candidates (same shape, pin, band, gated tokens) could go."""
+    """Everywhere one class of candidates (same shape, pin, band, gated tokens) could go.
 
-    tracked: list[_Tracked]  # capacity-reporting, shape-matching backends
-    shape_only: list[tuple[int, str, str]]  # (peer index, peer id, backend id), sorted by ids
+    Both lists only ever shrink: an option on a peer that reached its cap is dropped the next time
+    it is seen, since a peer's promotion count never goes down during a pass.
+    """
+
+    # Capacity-reporting, shape-matching backends. For an ungated class, only the one with the
+    # smallest backend id on each peer: ranked by (promotions on its peer, peer id, backend id),
+    # the others there could never be chosen.
+    tracked: list[_Tracked]
+    # Shape-only targets, one per peer (its smallest matching backend id, or "" to force-route),
+    # sorted by peer id: only the first of a peer could ever be chosen, gated or not.
+    shape_only: list[tuple[int, str, str]]
     # Per gated token: an upper bound of what any tracked option can still offer.
     bound: dict[str, int]
-    shape_only_alive: bool = True
 
 
 def plan(
@@ -171,47 +200,51 @@ def plan(
                     backend.availability.observation_epoch_ms,
                 )
 
-    matches: dict[tuple[Constraint, ...], list[list[str]]] = {}
+    matches: dict[tuple[Constraint, ...], list[_PeerMatch]] = {}
     options: dict[tuple[object, ...], _Options] = {}
     promoted = [0] * len(reachable)
+    open_peers = len(reachable)  # peers still under their cap
     promotions: list[Promotion] = []
     pending: list[Pending] = []
 
+    def match(shape: tuple[Constraint, ...]) -> list[_PeerMatch]:
+        per_peer = []
+        for index, peer in enumerate(reachable):
+            ids = sorted(b.backend_id for b in peer.backends if satisfies_all(b.advertised, shape))
+            slots = [working.get((peer.peer_id, backend_id)) for backend_id in ids]
+            tracked = [slot for slot in slots if slot is not None]
+            untracked = [backend_id for backend_id, slot in zip(ids, slots, strict=True) if slot is None]
+            per_peer.append(_PeerMatch(index, peer.peer_id, tracked, untracked[0] if untracked else None, bool(ids)))
+        return per_peer
+
     def build(candidate: Candidate) -> _Options:
-        matching = matches.get(candidate.shape)
-        if matching is None:
-            matching = [
-                [b.backend_id for b in peer.backends if satisfies_all(b.advertised, candidate.shape)]
-                for peer in reachable
-            ]
-            matches[candidate.shape] = matching
+        per_peer = matches.get(candidate.shape)
+        if per_peer is None:
+            per_peer = matches[candidate.shape] = match(candidate.shape)
         if candidate.pinned_peer_id:
             pinned = peer_index.get(candidate.pinned_peer_id)
-            allowed = [] if pinned is None else [pinned]
-        else:
-            allowed = list(range(len(reachable)))
+            per_peer = [] if pinned is None else [per_peer[pinned]]
         tracked: list[_Tracked] = []
         shape_only: list[tuple[int, str, str]] = []
-        for index in allowed:
-            peer_id = reachable[index].peer_id
-            for backend_id in matching[index]:
-                slot = working.get((peer_id, backend_id))
-                if slot is None:
-                    shape_only.append((index, peer_id, backend_id))
-                else:
-                    tracked.append(slot)
-            if not matching[index] and (not candidate.shape or candidate.pinned_peer_id == peer_id):
-                shape_only.append((index, peer_id, ""))
-        shape_only.sort(key=lambda option: (option[1], option[2]))
-        huge = 1 << 62
-        return _Options(tracked, shape_only, {token: huge for token, _ in candidate.gate})
+        for peer in per_peer:
+            if promoted[peer.index] >= max_per_peer:
+                continue  # capped for the rest of the pass
+            tracked += peer.tracked if candidate.gate else peer.tracked[:1]
+            if peer.shape_only is not None:
+                shape_only.append((peer.index, peer.peer_id, peer.shape_only))
+            elif not peer.matched and (not candidate.shape or candidate.pinned_peer_id == peer.peer_id):
+                shape_only.append((peer.index, peer.peer_id, ""))  # force-routed
+        return _Options(tracked, shape_only, {token: _UNBOUNDED for token, _ in candidate.gate})
 
-    for candidate in live:
+    for position, candidate in enumerate(live):
+        if not open_peers:  # every peer is at its cap: nothing else can go anywhere this pass
+            pending.extend(Pending(c.job_id, reasons.queued(c.pinned_peer_id)) for c in live[position:])
+            break
         class_key = (
             candidate.shape,
             candidate.pinned_peer_id,
             candidate.band,
-            tuple(t for t, _ in candidate.gate),
+            tuple([t for t, _ in candidate.gate]) if candidate.gate else (),
         )
         opts = options.get(class_key)
         if opts is None:
@@ -225,10 +258,10 @@ def plan(
             pending.append(Pending(candidate.job_id, reasons.queued(candidate.pinned_peer_id)))
             continue
         if isinstance(choice, _Tracked):
+            index = choice.peer
             preempts = any(choice.capacity.free.get(token, 0) < need for token, need in candidate.gate)
             for token, need in candidate.gate:
                 choice.capacity.spend(token, need, candidate.band.rank)
-            promoted[choice.peer] += 1
             promotions.append(
                 Promotion(
                     candidate.job_id,
@@ -241,14 +274,18 @@ def plan(
             )
         else:
             index, peer_id, backend_id = choice
-            promoted[index] += 1
             promotions.append(Promotion(candidate.job_id, peer_id, backend_id, False, {}, None))
+        promoted[index] += 1
+        if promoted[index] == max_per_peer:
+            open_peers -= 1
 
-    charges = [
+    # A generator, not a list: a list of 100k charge tuples would live long enough to be promoted
+    # to the oldest generation and can set off a full garbage collection.
+    charges = (
         ((p.peer_id, p.backend_id), p.observation_epoch_ms, p.reserved)
         for p in promotions
         if p.observation_epoch_ms is not None
-    ]
+    )
     return PlacementResult(
         promotions=tuple(promotions),
         pending=tuple(pending),
@@ -262,14 +299,16 @@ def plan(
 def _choose_gated(
     candidate: Candidate, opts: _Options, promoted: list[int], cap: int
 ) -> _Tracked | tuple[int, str, str] | None:
-    rank = candidate.band.rank
     gate = candidate.gate
     if all(need <= opts.bound[token] for token, need in gate):
+        rank = candidate.band.rank
         best: _Tracked | None = None
         best_key: tuple[bool, int, str, str] | None = None
         ceiling = dict.fromkeys(opts.bound, -1)
+        capped = False
         for option in opts.tracked:
             if promoted[option.peer] >= cap:
+                capped = True
                 continue
             capacity = option.capacity
             fits = True
@@ -289,40 +328,34 @@ def _choose_gated(
                 option_key = (preempts, remaining, option.peer_id, option.backend_id)
                 if best_key is None or option_key < best_key:
                     best, best_key = option, option_key
+        if capped:
+            opts.tracked = [option for option in opts.tracked if promoted[option.peer] < cap]
         if best is not None:
             return best
         opts.bound = ceiling
-    return _first_shape_only(opts, promoted, cap, spread=False)
+    # The first shape-only target whose peer is under its cap (they are sorted by peer id).
+    for position, target in enumerate(opts.shape_only):
+        if promoted[target[0]] < cap:
+            del opts.shape_only[:position]
+            return target
+    opts.shape_only.clear()
+    return None
 
 
 def _choose_ungated(opts: _Options, promoted: list[int], cap: int) -> _Tracked | tuple[int, str, str] | None:
-    best: _Tracked | None = None
-    best_key: tuple[int, str, str] | None = None
-    for option in opts.tracked:
-        count = promoted[option.peer]
-        if count >= cap:
-            continue
-        option_key = (count, option.peer_id, option.backend_id)
-        if best_key is None or option_key < best_key:
-            best, best_key = option, option_key
-    if best is not None:
-        return best
-    return _first_shape_only(opts, promoted, cap, spread=True)
-
-
-def _first_shape_only(opts: _Options, promoted: list[int], cap: int, *, spread: bool) -> tuple[int, str, str] | None:
-    if not opts.shape_only_alive:
-        return None
+    """The peer with the fewest promotions so far (then the lowest peer id), tracked over shape-only."""
+    best_tracked: _Tracked | None = None
+    fewest = cap
+    for tracked in opts.tracked:  # one per peer, sorted by peer id: the first of equals wins
+        if promoted[tracked.peer] < fewest:
+            best_tracked, fewest = tracked, promoted[tracked.peer]
+    if best_tracked is not None:
+        return best_tracked
+    opts.tracked.clear()  # every peer it could use is capped for the rest of the pass
     best: tuple[int, str, str] | None = None
-    best_count = 0
-    for option in opts.shape_only:  # sorted by (peer id, backend id)
-        count = promoted[option[0]]
-        if count >= cap:
-            continue
-        if not spread:
-            return option
-        if best is None or count < best_count:
-            best, best_count = option, count
+    for target in opts.shape_only:
+        if promoted[target[0]] < fewest:
+            best, fewest = target, promoted[target[0]]
     if best is None:
-        opts.shape_only_alive = False  # every peer it could use is capped for the rest of the pass
+        opts.shape_only.clear()
     return best

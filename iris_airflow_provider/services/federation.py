@@ -24,7 +24,7 @@ from iris_airflow_provider.backends.base import (
     SubmissionRefusedError,
 )
 from iris_airflow_provider.cluster.config import ClusterConfig
-from iris_airflow_provider.federation.availability import LocalBackend
+from iris_airflow_provider.federation.availability import LocalBackend, PeerState
 from iris_airflow_provider.federation.model import JobSpec
 from iris_airflow_provider.federation.placement import Candidate, plan
 from iris_airflow_provider.federation.router import Decision, Disposition, classify
@@ -117,11 +117,29 @@ class Federation:
             for b in described
         ]
 
+    def peer_states(self, *, refresh_stale: bool = False) -> list[PeerState]:
+        """The configured peers as last heartbeated (a peer never heard from is unreachable).
+
+        With ``refresh_stale``, peers without a fresh heartbeat are asked now, so a job submitted
+        right after a restart is not rejected just because the first tick has not run yet.
+        """
+        known = {peer.peer_id: peer for peer in self.store.peer_states()}
+        now = self.clock()
+        stale = {
+            peer_id: peer
+            for peer_id, peer in self.peers.items()
+            if peer_id not in known or not known[peer_id].is_reachable(now, self.staleness_ms)
+        }
+        if refresh_stale and stale:
+            self._record_heartbeats(stale)
+            known = {peer.peer_id: peer for peer in self.store.peer_states()}
+        return [known.get(peer_id) or PeerState(peer_id, False, 0) for peer_id in self.peers]
+
     def classify(self, spec: JobSpec) -> Decision:
         return classify(
             spec,
             local_backends=self.local_backends(),
-            peers=self.store.peer_states(),
+            peers=self.peer_states(refresh_stale=True),
             now_ms=self.clock(),
             staleness_ms=self.staleness_ms,
         )
@@ -229,17 +247,22 @@ class Federation:
         return report
 
     def _heartbeats(self, report: TickReport) -> None:
-        timeout = self.settings.heartbeat_timeout_seconds
-        results = _each_peer(self.peers, lambda peer: peer.heartbeat(), timeout)
+        report.heartbeats = self._record_heartbeats(self.peers)
+        self.store.forget_peers(self.peers)
+
+    def _record_heartbeats(self, peers: Mapping[str, Peer]) -> dict[str, str]:
+        """Ask each peer for its backends and store the answer (or that it did not answer)."""
+        results = _each_peer(peers, lambda peer: peer.heartbeat(), self.settings.heartbeat_timeout_seconds)
         now = self.clock()
+        outcome = {}
         for peer_id, result in results.items():
             if isinstance(result, BaseException):
                 self.store.record_heartbeat(peer_id, now, None, error=str(result))
-                report.heartbeats[peer_id] = str(result)
+                outcome[peer_id] = str(result)
             else:
                 self.store.record_heartbeat(peer_id, now, result)
-                report.heartbeats[peer_id] = "ok"
-        self.store.forget_peers(self.peers)
+                outcome[peer_id] = "ok"
+        return outcome
 
     def _place(self, report: TickReport) -> None:
         queued = self.store.queued_jobs()

@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE = "iris_write"  # execution option marking a write transaction
@@ -46,7 +47,21 @@ def create_store_engine(url: str | URL, **kwargs: Any) -> Engine:
 
 def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
     engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+    install_sqlite_listeners(engine, url)
+    return engine
 
+
+def create_async_store_engine(url: str | URL, **kwargs: Any) -> AsyncEngine:
+    """The same store through aiosqlite or asyncpg, with the same SQLite settings."""
+    parsed = async_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_async_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+        install_sqlite_listeners(engine.sync_engine, parsed)
+        return engine
+    return create_async_engine(parsed, pool_pre_ping=True, **kwargs)
+
+
+def install_sqlite_listeners(engine: Engine, url: URL) -> None:
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
@@ -62,5 +77,3 @@ def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
     def _on_begin(connection: sa.Connection) -> None:
         write = connection.get_execution_options().get(WRITE, False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-    return engine

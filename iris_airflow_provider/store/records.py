@@ -119,6 +119,35 @@ class JobEvent:
     detail: str
 
 
+def pending_reason_history(direction: Direction, events: list[JobEvent]) -> list[str]:
+    """Every pending reason a job went through, in order, replayed from its history events."""
+    state, handoff, peer_id, backend_id, reported = JobState.PENDING, None, "", "", False
+    history: list[str] = []
+    for event in events:
+        if event.kind in ("admitted", "resubmitted"):
+            state, reported = JobState.PENDING, False
+            handoff = HandoffState(event.handoff_state) if event.handoff_state else None
+        elif event.kind in ("promoted", "handed_off", "rejected") and event.handoff_state:
+            handoff = HandoffState(event.handoff_state)
+        elif event.kind in ("reported", "state", "expired") and event.state:
+            state = JobState(event.state)
+            if event.kind == "reported":
+                reported = True
+                handoff = HandoffState.HANDED_OFF if handoff is HandoffState.PENDING else handoff
+        peer_id = event.peer_id or peer_id
+        reason = pending_reason(
+            direction=direction,
+            handoff_state=handoff,
+            state=state,
+            peer_id=peer_id,
+            backend_id=backend_id,
+            reported=reported,
+        )
+        if reason and (not history or history[-1] != reason):
+            history.append(reason)
+    return history
+
+
 @dataclass(frozen=True, slots=True)
 class PeerRecord:
     peer_id: str

@@ -8,6 +8,7 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
@@ -38,7 +41,16 @@ from iris_airflow_provider.store.records import (
     Origin,
     PeerRecord,
 )
-from iris_airflow_provider.store.schema import job_events, jobs, leases, ledger, peer_backends, peer_sync, peers
+from iris_airflow_provider.store.schema import (
+    VERSION_TABLE,
+    job_events,
+    jobs,
+    leases,
+    ledger,
+    peer_backends,
+    peer_sync,
+    peers,
+)
 
 _TERMINAL = tuple(s.value for s in TERMINAL)
 _MIGRATION_LOCK = 0x1815_FED  # PostgreSQL advisory lock id held while migrating
@@ -81,11 +93,25 @@ class FederationStore:
         """Bring the schema to the newest revision; safe to call from several processes at once."""
         config = Config()
         config.set_main_option("script_location", str(files("iris_airflow_provider.store") / "migrations"))
-        with self._write() as connection:
-            if connection.dialect.name == "postgresql":
-                connection.execute(sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})
-            config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+        head = ScriptDirectory.from_config(config).get_current_head()
+        if self.revision() == head:
+            return  # the common case, on every process start: no write lock taken
+        alembic_log = logging.getLogger("alembic")
+        level = alembic_log.level
+        alembic_log.setLevel(logging.WARNING)  # keep "Running upgrade ..." out of task logs
+        try:
+            with self._write() as connection:
+                if connection.dialect.name == "postgresql":
+                    connection.execute(sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+        finally:
+            alembic_log.setLevel(level)
+
+    def revision(self) -> str | None:
+        """The schema revision this database is at (None: not created yet)."""
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
     # Jobs --------------------------------------------------------------------------------------
 
@@ -295,25 +321,7 @@ class FederationStore:
         once the intent is set, the promotion compare-and-set can no longer match.
         """
         with self._write() as connection:
-            bumped = connection.execute(
-                jobs.update()
-                .where(jobs.c.job_id == job_id, jobs.c.state.not_in(_TERMINAL))
-                .values(cancel_intent_version=jobs.c.cancel_intent_version + 1, **_touched(now_ms))
-                .returning(jobs.c.direction, jobs.c.handoff_state, jobs.c.peer_id)
-            ).first()
-            if bumped is None:
-                exists = connection.execute(sa.select(jobs.c.job_id).where(jobs.c.job_id == job_id)).first()
-                return CancelOutcome(found=exists is not None, was_terminal=exists is not None)
-            direction, handoff, peer_id = Direction(bumped[0]), bumped[1], bumped[2]
-            _event(connection, job_id, now_ms, "cancel_requested", None, handoff, peer_id)
-            killed = False
-            if direction is Direction.SENT and handoff in (HandoffState.QUEUED, HandoffState.PENDING):
-                killed = _set_terminal(
-                    connection, job_id, now_ms, JobState.KILLED, reasons.CANCELLED_BEFORE_HANDOFF, handoff, peer_id
-                )
-        # A pending handoff may have been delivered already: tell its peer too (best effort, re-driven).
-        notify = peer_id if direction is Direction.SENT and handoff != HandoffState.QUEUED else ""
-        return CancelOutcome(found=True, killed=killed, direction=direction, notify_peer=notify)
+            return request_cancel(connection, job_id, now_ms)
 
     def transition(
         self,
@@ -698,6 +706,29 @@ class FederationStore:
     def release_lease(self, name: str, holder: str) -> None:
         with self._write() as connection:
             connection.execute(leases.delete().where(leases.c.name == name, leases.c.holder == holder))
+
+
+def request_cancel(connection: sa.Connection, job_id: str, now_ms: int) -> CancelOutcome:
+    """``FederationStore.request_cancel`` on an open write transaction (also run from async code)."""
+    bumped = connection.execute(
+        jobs.update()
+        .where(jobs.c.job_id == job_id, jobs.c.state.not_in(_TERMINAL))
+        .values(cancel_intent_version=jobs.c.cancel_intent_version + 1, **_touched(now_ms))
+        .returning(jobs.c.direction, jobs.c.handoff_state, jobs.c.peer_id)
+    ).first()
+    if bumped is None:
+        exists = connection.execute(sa.select(jobs.c.job_id).where(jobs.c.job_id == job_id)).first()
+        return CancelOutcome(found=exists is not None, was_terminal=exists is not None)
+    direction, handoff, peer_id = Direction(bumped[0]), bumped[1], bumped[2]
+    _event(connection, job_id, now_ms, "cancel_requested", None, handoff, peer_id)
+    killed = False
+    if direction is Direction.SENT and handoff in (HandoffState.QUEUED, HandoffState.PENDING):
+        killed = _set_terminal(
+            connection, job_id, now_ms, JobState.KILLED, reasons.CANCELLED_BEFORE_HANDOFF, handoff, peer_id
+        )
+    # A pending handoff may have been delivered already: tell its peer too (best effort, re-driven).
+    notify = peer_id if direction is Direction.SENT and handoff != HandoffState.QUEUED else ""
+    return CancelOutcome(found=True, killed=killed, direction=direction, notify_peer=notify)
 
 
 # Statements shared by several operations ---------------------------------------------------------

@@ -1,0 +1,282 @@
+"""A real Airflow deployment on loopback, for the live demo and the end-to-end tests.
+
+The four components run as separate processes (api-server, scheduler, dag-processor, triggerer;
+not ``airflow standalone``, which does not stop cleanly), each in its own session, with their
+own ``AIRFLOW_HOME``, port, metadata database and federation store, so several deployments can
+run side by side. It talks to them only the way a user would: the REST API with a token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.fernet import Fernet
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+USERS = {"admin": "admin", "alice": "user", "bob": "user", "viewer": "viewer"}
+TERMINAL_RUN_STATES = ("success", "failed")
+
+
+class DeploymentError(RuntimeError):
+    pass
+
+
+@dataclass
+class AirflowDeployment:
+    home: Path
+    port: int
+    metadata_url: str  # SQLAlchemy URL of Airflow's own database
+    store_url: str  # the federation store (never the metadata database)
+    cluster_config: Path | None = None
+    dags_folder: Path = REPO / "dags"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    parallelism: int = 4
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def password(self, user: str) -> str:
+        return f"{user}-password"
+
+    def env(self) -> dict[str, str]:
+        import iris_airflow_provider
+
+        package_dags = Path(iris_airflow_provider.__file__).parent / "dags"
+        bundles = [
+            {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
+            {
+                "name": "iris_federation",
+                "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                "kwargs": {"path": str(package_dags), "refresh_interval": 30},
+            },
+        ]
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt"),
+            "AIRFLOW__API__SECRET_KEY": self._secret("api"),
+            # One key for every component: the dag-processor encrypts trigger kwargs the triggerer reads.
+            "AIRFLOW__CORE__FERNET_KEY": self._secret("fernet", Fernet.generate_key().decode()),
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            # Notice dead workers and a dead scheduler's orphaned tasks in seconds, not minutes.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
+            "AIRFLOW__TRIGGERER__CAPACITY": "1000",
+            "AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT": json.dumps({"conn_type": "irisfederation", "host": self.store_url}),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        if self.cluster_config is not None:
+            env["AIRFLOW__IRIS_FEDERATION__CLUSTER_CONFIG"] = str(self.cluster_config)
+        env.update(self.extra_env)
+        return env
+
+    def _secret(self, name: str, value: str | None = None) -> str:
+        path = self.home / f".{name}-secret"
+        if not path.exists():
+            path.write_text(value or secrets.token_urlsafe(32))
+        return path.read_text()
+
+    # Lifecycle ----------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 180) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "logs").mkdir(exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps({u: self.password(u) for u in USERS}))
+        migrate = subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"], env=self.env(), capture_output=True, text=True
+        )
+        if migrate.returncode != 0:
+            raise DeploymentError(f"airflow db migrate failed:\n{migrate.stdout[-3000:]}\n{migrate.stderr[-3000:]}")
+        for component in COMPONENTS:
+            self.start_component(component)
+        self.wait_healthy(timeout)
+
+    def start_component(self, component: str) -> None:
+        args = [str(VENV_BIN / "airflow"), component]
+        if component in ("scheduler", "triggerer"):
+            args.append("--skip-serve-logs")  # no fixed ports: deployments can run side by side
+        log = (self.home / "logs" / f"{component}.log").open("ab")
+        self.processes[component] = subprocess.Popen(
+            args, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+
+    def stop_component(self, component: str, timeout: float = 30) -> None:
+        process = self.processes.pop(component, None)
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)  # the main process only: it stops its own children
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+    def kill_component(self, component: str) -> None:
+        """SIGKILL the component and everything it started (its workers too): a crash, not a stop."""
+        process = self.processes.pop(component)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop(self) -> None:
+        for component in reversed(COMPONENTS):
+            self.stop_component(component)
+
+    def wait_healthy(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            for component, process in self.processes.items():
+                if process.poll() is not None:
+                    raise DeploymentError(
+                        f"{component} exited with {process.returncode}; see {self.log_path(component)}"
+                    )
+            try:
+                last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
+                statuses = [
+                    last.get(name, {}).get("status")
+                    for name in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                ]
+                if all(status == "healthy" for status in statuses):
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.5)
+        raise DeploymentError(f"Airflow at {self.base_url} not healthy after {timeout:.0f} s: {last}")
+
+    def log_path(self, component: str) -> Path:
+        return self.home / "logs" / f"{component}.log"
+
+    # REST API -----------------------------------------------------------------------------------
+
+    def token(self, user: str = "admin") -> str:
+        if user not in self._tokens:
+            response = httpx.post(
+                f"{self.base_url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=30
+            )
+            response.raise_for_status()
+            self._tokens[user] = response.json()["access_token"]
+        return self._tokens[user]
+
+    def api(self, method: str, path: str, *, user: str = "admin", **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
+        return httpx.request(
+            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 30), **kwargs
+        )
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.api("GET", f"/api/v2/dags/{dag_id}").status_code == 200:
+                return
+            time.sleep(1)
+        raise DeploymentError(
+            f"DAG {dag_id} did not appear within {timeout:.0f} s; see {self.log_path('dag-processor')}"
+        )
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, *, user: str = "admin") -> str:
+        response = self.api(
+            "POST", f"/api/v2/dags/{dag_id}/dagRuns", user=user, json={"logical_date": None, "conf": conf or {}}
+        )
+        if response.status_code != 200:
+            raise DeploymentError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
+        return str(response.json()["dag_run_id"])
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}")
+        response.raise_for_status()
+        return dict(response.json())
+
+    def wait_for_run(
+        self, dag_id: str, run_id: str, timeout: float = 180, states: tuple[str, ...] = TERMINAL_RUN_STATES
+    ) -> str:
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.run(dag_id, run_id)["state"]
+            if state in states:
+                return state
+            time.sleep(0.5)
+        raise DeploymentError(f"run {run_id} of {dag_id} still {state!r} after {timeout:.0f} s")
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        response = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}")
+        response.raise_for_status()
+        return dict(response.json())
+
+    def wait_for_task_state(
+        self, dag_id: str, run_id: str, task_id: str, states: tuple[str, ...], timeout: float = 120
+    ) -> str:
+        deadline = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < deadline:
+            state = self.task_instance(dag_id, run_id, task_id).get("state")
+            if state in states:
+                return str(state)
+            time.sleep(0.5)
+        raise DeploymentError(f"task {task_id} of {run_id} still {state!r} after {timeout:.0f} s")
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        response = self.api(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}/logs/{try_number}"
+        )
+        response.raise_for_status()
+        lines = []
+        for line in response.json().get("content", []):
+            if not isinstance(line, dict):
+                lines.append(str(line))
+                continue
+            lines.append(str(line.get("event", "")))
+            for detail in line.get("error_detail") or []:  # the exception, as the UI shows it
+                lines.append(f"{detail.get('exc_type')}: {detail.get('exc_value')}")
+        return "\n".join(lines)
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        response = self.api(
+            "GET",
+            f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}/xcomEntries/{key}",
+            params={"deserialize": "true"},
+        )
+        response.raise_for_status()
+        return response.json()["value"]
+
+    def set_run_state(self, dag_id: str, run_id: str, state: str) -> None:
+        response = self.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}", json={"state": state})
+        if response.status_code != 200:
+            raise DeploymentError(f"setting {run_id} to {state} failed: {response.status_code} {response.text}")
+
+
+def _quote(run_id: str) -> str:
+    return urllib.parse.quote(run_id, safe="")

@@ -1,0 +1,55 @@
+"""The placement DAG: one federation tick per run.
+
+A tick refreshes the peers' heartbeats, expires queued jobs past their deadline, runs the pure
+placement pass, applies its promotions by compare-and-set, delivers pending handoffs, pulls the
+state of jobs in flight and re-drives cancels. It runs on a fixed period and, through an asset
+watched by ``FederationWakeTrigger``, whenever a job is queued or cancelled or jobs are in flight,
+so a queued job is promoted within seconds when capacity is free. One run at a time, no catchup.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, task
+
+from iris_airflow_provider.runtime import cluster_config, default_conn_id
+from iris_airflow_provider.triggers.wake import FederationWakeTrigger
+
+DAG_ID = "iris_federation_tick"
+
+_settings = cluster_config().placement
+_conn_id = default_conn_id()
+
+wake = Asset(
+    name="iris_federation_wake",
+    uri="iris-federation://wake",
+    watchers=[
+        AssetWatcher(
+            name="iris_federation_wake",
+            trigger=FederationWakeTrigger(conn_id=_conn_id, sync_interval=_settings.sync_interval_seconds),
+        )
+    ],
+)
+
+with DAG(
+    dag_id=DAG_ID,
+    description="Iris federation placement tick: heartbeats, expiry, placement, delivery, sync, cancels",
+    schedule=AssetOrTimeSchedule(
+        timetable=DeltaTriggerTimetable(timedelta(seconds=_settings.tick_interval_seconds)), assets=[wake]
+    ),
+    max_active_runs=1,
+    catchup=False,
+    is_paused_upon_creation=False,
+    tags=["iris-federation"],
+    doc_md=__doc__,
+    dagrun_timeout=timedelta(minutes=10),
+):
+
+    @task(task_id="tick", retries=0)
+    def tick() -> dict[str, object]:
+        from iris_airflow_provider.runtime import get_federation
+
+        return get_federation(_conn_id).tick().to_dict()
+
+    tick()

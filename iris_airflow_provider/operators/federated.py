@@ -1,0 +1,306 @@
+"""``IrisFederatedOperator``: submit one whole job to the federation and wait for it.
+
+The job is classified once: it runs on this cluster's backend (LOCAL), waits in the federation
+queue for a peer with free capacity (QUEUE), or fails now with the reason no backend or peer can
+host it (REJECT). Waiting happens in the triggerer (deferrable, the default) or on the worker.
+The job id is derived from the task instance, so a retry or a restarted worker reattaches to the
+job instead of submitting a second one (through Airflow 3.3's task state store as well).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.sdk import BaseOperator
+from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
+from airflow.sdk.exceptions import AirflowTaskTimeout
+
+from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.federation.model import JobSpec, parse_job
+from iris_airflow_provider.federation.router import Disposition
+from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.links import JOB_ID_XCOM_KEY, FederationJobLink, job_url
+from iris_airflow_provider.runtime import SECTION, default_conn_id, get_federation
+from iris_airflow_provider.services.federation import IdentityError
+from iris_airflow_provider.store.records import JobRecord, Origin, pending_reason_history
+from iris_airflow_provider.triggers.federation import (
+    DEFAULT_POLL_INTERVAL,
+    FederationJobTrigger,
+    describe,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+WAIT_FOR = ("completion", "acceptance", "none")
+ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
+# Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
+DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
+_UNSAFE = re.compile(r"[\s/]+")
+
+
+def default_deferrable() -> bool:
+    return bool(conf.getboolean(SECTION, "default_deferrable", fallback=True))
+
+
+class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
+    """Run a whole job on this cluster or on a federation peer, and wait for it.
+
+    :param job: the job: a dict (or its JSON), or a ``JobSpec``; templated, so a REST-triggered
+        run can pass it in ``conf`` (``job="{{ dag_run.conf['job'] | tojson }}"``). Without a
+        ``job_id`` the job is ``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``.
+    :param target_cluster: pin the job to this peer (templated); it queues there even when it
+        could run locally.
+    :param submitter: the accountable user for scheduled runs; REST and UI runs use the
+        triggering user. A job that would federate needs one.
+    :param wait_for: ``completion`` (default), ``acceptance`` (a peer admitted it, or it runs
+        locally), or ``none`` (return right after it is queued or started).
+    :param poll_interval: seconds between looks at the job while waiting.
+    :param conn_id: the federation store's connection.
+    :param deferrable: wait in the triggerer (default from ``[iris_federation] default_deferrable``).
+    """
+
+    template_fields: Sequence[str] = ("job", "target_cluster", "submitter")
+    template_fields_renderers: ClassVar[dict[str, str]] = {"job": "json"}
+    operator_extra_links = (FederationJobLink(),)
+    external_id_key = "iris_federation_job"
+    ui_color = "#d5e8f7"
+
+    def __init__(
+        self,
+        *,
+        job: Mapping[str, Any] | JobSpec | str,
+        target_cluster: str | None = None,
+        submitter: str | None = None,
+        wait_for: str = "completion",
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        conn_id: str | None = None,
+        deferrable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if wait_for not in WAIT_FOR:
+            raise ValueError(f"wait_for must be one of {', '.join(WAIT_FOR)}, got {wait_for!r}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be > 0, got {poll_interval!r}")
+        self.job = job
+        self.target_cluster = target_cluster
+        self.submitter = submitter
+        self.wait_for = wait_for
+        self.poll_interval = float(poll_interval)
+        self.conn_id = conn_id or default_conn_id()
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.job_id: str | None = None
+
+    # What to submit --------------------------------------------------------------------------------
+
+    def submitting_user(self, context: Context) -> str:
+        if self.submitter:
+            return self.submitter
+        dag_run = context.get("dag_run")
+        return (getattr(dag_run, "triggering_user_name", None) or "") if dag_run is not None else ""
+
+    def job_spec(self, context: Context) -> JobSpec:
+        """The rendered job, validated; a bad field fails the task (without retries) before any write."""
+        document = _as_document(self.job)
+        if isinstance(document, JobSpec):
+            document = document.model_dump(mode="json")
+        document = dict(document)
+        if self.target_cluster:
+            document["target_cluster"] = self.target_cluster
+        if not document.get("job_id"):
+            document["job_id"] = self.derived_job_id(context)
+        try:
+            return parse_job(document, path="job")
+        except SpecError as error:
+            raise AirflowFailException(f"Invalid job:\n{error}") from None
+
+    def derived_job_id(self, context: Context) -> str:
+        ti = context["ti"]
+        user = _UNSAFE.sub("_", self.submitting_user(context) or "airflow")
+        name = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}"
+        if getattr(ti, "map_index", -1) not in (-1, None):
+            name += f".{ti.map_index}"
+        return f"/{user}/{_UNSAFE.sub('_', name)}"
+
+    # The resumable job -----------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> Any:
+        return self.execute_resumable(context)
+
+    def submit_job(self, context: Context) -> str:
+        spec = self.job_spec(context)
+        ti = context["ti"]
+        federation = get_federation(self.conn_id)
+        try:
+            submitted = federation.submit(
+                spec,
+                submitting_user=self.submitting_user(context),
+                origin=Origin(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1)),
+            )
+        except IdentityError as error:
+            raise AirflowFailException(str(error)) from None
+        decision = submitted.decision
+        if decision.disposition is Disposition.REJECT or submitted.job is None:
+            raise AirflowFailException(decision.reason)
+        self.job_id = spec.job_id
+        verb = "Reattached to" if submitted.reattached else "Submitted"
+        self.log.info(
+            "%s job %s: %s. Federation page: %s",
+            verb,
+            spec.job_id,
+            describe_record(submitted.job),
+            job_url(spec.job_id),
+        )
+        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=spec.job_id)
+        ti.xcom_push(key="disposition", value=decision.disposition.value)
+        ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(spec.job_id))  # visible while deferred
+        return spec.job_id
+
+    def get_job_status(self, external_id: Any, context: Context) -> str:
+        job = get_federation(self.conn_id).store.get_job(str(external_id))
+        return job.state.value if job is not None else "missing"
+
+    def is_job_active(self, status: str) -> bool:
+        return status in ACTIVE
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == JobState.SUCCEEDED.value
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> None:
+        self.job_id = job_id = str(external_id)
+        if self.wait_for == "none":
+            return
+        until = "completion" if self.wait_for == "completion" else "accepted"
+        deadline_ms = self._deadline_ms(context)
+        if self.deferrable:
+            timeout = None
+            if deadline_ms is not None:
+                timeout = timedelta(milliseconds=max(0, deadline_ms - time.time() * 1000)) + DEFER_TIMEOUT_GRACE
+            self.defer(
+                trigger=FederationJobTrigger(
+                    job_id, until=until, conn_id=self.conn_id, poll_interval=self.poll_interval, deadline_ms=deadline_ms
+                ),
+                method_name="execute_complete",
+                timeout=timeout,
+            )
+        self._wait_on_worker(job_id, until)
+
+    def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
+        return self._finish(str(external_id))
+
+    # Resuming and finishing ------------------------------------------------------------------------
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        self.job_id = job_id = event["job_id"]
+        status = event.get("status")
+        if status == "timeout":
+            get_federation(self.conn_id).cancel(job_id)
+            raise AirflowTaskTimeout(f"Timed out waiting for job {job_id}, so it was cancelled: {event['message']}")
+        if status == "missing":
+            raise AirflowException(event["message"])
+        return self._finish(job_id)
+
+    def _finish(self, job_id: str) -> dict[str, Any]:
+        store = get_federation(self.conn_id).store
+        job = store.get_job(job_id)
+        if job is None:
+            raise AirflowException(f"Job {job_id} is not in the federation store")
+        result = {
+            "job_id": job.job_id,
+            "disposition": "local" if job.direction.value == "local" else "queue",
+            "peer_id": job.peer_id,
+            "backend_id": job.backend_id,
+            "state": job.state.value,
+            "exit_code": job.exit_code,
+            "error": job.error,
+            "pending_reasons": pending_reason_history(job.direction, store.events(job_id)),
+            "url": job_url(job.job_id),
+        }
+        if job.state in (JobState.SUCCEEDED,) or not job.terminal:
+            return result
+        message = f"{describe_record(job)}"
+        if job.state is JobState.FAILED:
+            raise AirflowException(message)  # a retry runs the job again, as a new incarnation
+        raise AirflowFailException(message)  # cancelled, rejected or unschedulable: retrying will not help
+
+    def _wait_on_worker(self, job_id: str, until: str) -> None:
+        from iris_airflow_provider.triggers.federation import reached
+
+        store = get_federation(self.conn_id).store
+        last = ""
+        try:
+            while True:
+                job = store.get_job(job_id)
+                if job is None:
+                    raise AirflowException(f"Job {job_id} is not in the federation store")
+                now = describe_record(job)
+                if now != last:
+                    self.log.info(now)
+                    last = now
+                if job.terminal or reached(snapshot_of(job), until):
+                    return
+                time.sleep(self.poll_interval)
+        except AirflowTaskTimeout:
+            get_federation(self.conn_id).cancel(job_id)
+            raise
+
+    def _deadline_ms(self, context: Context) -> int | None:
+        if self.execution_timeout is None:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        started_ms = start.timestamp() * 1000 if start is not None else time.time() * 1000
+        return int(started_ms + self.execution_timeout.total_seconds() * 1000)
+
+    def on_kill(self) -> None:
+        if self.job_id:
+            outcome = get_federation(self.conn_id).cancel(self.job_id)
+            self.log.info("Cancelled job %s because the task was killed (%s)", self.job_id, outcome)
+
+
+def describe_record(job: JobRecord) -> str:
+    return describe(snapshot_of(job))
+
+
+def snapshot_of(job: JobRecord) -> Any:
+    from iris_airflow_provider.store.async_store import JobSnapshot
+
+    return JobSnapshot(
+        job_id=job.job_id,
+        direction=job.direction,
+        state=job.state,
+        handoff_state=job.handoff_state,
+        peer_id=job.peer_id,
+        backend_id=job.backend_id,
+        error=job.error,
+        exit_code=job.exit_code,
+        reported=job.reported_at_ms is not None,
+        row_version=job.row_version,
+        cancel_intent_version=job.cancel_intent_version,
+        updated_at_ms=job.updated_at_ms,
+    )
+
+
+def _as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:
+    if not isinstance(job, str):
+        return job
+    text = job.strip()
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        try:  # Jinja renders a dict from conf as its Python repr unless piped through tojson
+            document = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise AirflowFailException(
+                f"Invalid job: expected a JSON object, got {text[:200]!r}. Pass a dict, or render conf with `| tojson`."
+            ) from None
+    if not isinstance(document, Mapping):
+        raise AirflowFailException(f"Invalid job: expected an object, got {type(document).__name__}")
+    return document

@@ -1,0 +1,48 @@
+"""This process's federation: the cluster configuration, the store, backends and peers, built once.
+
+Read from the ``[iris_federation]`` configuration section (``AIRFLOW__IRIS_FEDERATION__*``):
+``cluster_config`` (path of the cluster file; empty: one local CPU backend, no peers) and
+``conn_id`` (the store's connection, ``iris_federation_default``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from airflow.providers.common.compat.sdk import conf
+
+from iris_airflow_provider.cluster.build import build_local_backends, build_peers
+from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config
+from iris_airflow_provider.hooks.federation_store import FederationStoreHook
+from iris_airflow_provider.services.federation import Federation
+
+SECTION = "iris_federation"
+DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
+
+_lock = threading.Lock()
+_federations: dict[tuple[str, str], Federation] = {}
+
+
+def cluster_config_path() -> str:
+    return conf.get(SECTION, "cluster_config", fallback="") or ""
+
+
+def cluster_config() -> ClusterConfig:
+    return load_cluster_config(cluster_config_path() or None)
+
+
+def default_conn_id() -> str:
+    return conf.get(SECTION, "conn_id", fallback=DEFAULT_CONN_ID) or DEFAULT_CONN_ID
+
+
+def get_federation(conn_id: str | None = None) -> Federation:
+    conn_id = conn_id or default_conn_id()
+    key = (cluster_config_path(), conn_id)
+    with _lock:
+        federation = _federations.get(key)
+        if federation is None:
+            config = cluster_config()
+            store = FederationStoreHook(conn_id).get_store()
+            federation = Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
+            _federations[key] = federation
+        return federation

@@ -1,0 +1,98 @@
+"""``IrisFederatedJobSensor``: wait until a federated job is accepted by a peer, running, or finished.
+
+Deferrable by default: the wait happens in the triggerer, through the same shared poller as the
+operator. A job that ends badly fails the sensor with the reason (the peer's, when it has one).
+Killing the sensor never cancels the job: it only watches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.sdk import BaseSensorOperator
+
+from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.links import JOB_ID_XCOM_KEY, FederationJobLink, job_url
+from iris_airflow_provider.operators.federated import default_deferrable, describe_record, snapshot_of
+from iris_airflow_provider.runtime import default_conn_id, get_federation
+from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, WAIT_UNTIL, FederationJobTrigger, reached
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class IrisFederatedJobSensor(BaseSensorOperator):
+    """:param job_id: the job to watch (templated). :param until: ``accepted``, ``running`` or ``completion``."""
+
+    template_fields: Sequence[str] = ("job_id",)
+    operator_extra_links = (FederationJobLink(),)
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        until: str = "completion",
+        conn_id: str | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        deferrable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("poke_interval", poll_interval)
+        super().__init__(**kwargs)
+        if until not in WAIT_UNTIL:
+            raise ValueError(f"until must be one of {', '.join(WAIT_UNTIL)}, got {until!r}")
+        self.job_id = job_id
+        self.until = until
+        self.conn_id = conn_id or default_conn_id()
+        self.poll_interval = float(poll_interval)
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
+
+    def poke(self, context: Context) -> bool:
+        job = get_federation(self.conn_id).store.get_job(self.job_id)
+        if job is None:
+            raise AirflowException(f"Job {self.job_id} is not in the federation store")
+        self.log.info(describe_record(job))
+        if job.terminal:
+            self._raise_if_bad(job.state, describe_record(job))
+            return True
+        return reached(snapshot_of(job), self.until)
+
+    def execute(self, context: Context) -> Any:
+        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
+        context["ti"].xcom_push(key=FederationJobLink().xcom_key, value=job_url(self.job_id))
+        if not self.deferrable:
+            return super().execute(context)
+        if self.poke(context):
+            return None
+        self.defer(
+            trigger=FederationJobTrigger(
+                self.job_id,
+                until=self.until,
+                conn_id=self.conn_id,
+                poll_interval=self.poll_interval,
+                cancel_on_kill=False,
+            ),
+            method_name="execute_complete",
+            timeout=self.execution_timeout or (None if self.timeout is None else _seconds(self.timeout)),
+        )
+        return None
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
+        if event.get("status") != "reached":
+            raise AirflowException(event.get("message", f"Waiting on job {self.job_id} failed"))
+        self._raise_if_bad(JobState(event["state"]), event["message"])
+
+    @staticmethod
+    def _raise_if_bad(state: JobState, message: str) -> None:
+        if state is JobState.FAILED:
+            raise AirflowException(message)
+        if state in (JobState.KILLED, JobState.UNSCHEDULABLE):
+            raise AirflowFailException(message)
+
+
+def _seconds(timeout: Any) -> Any:
+    from datetime import timedelta
+
+    return timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))

@@ -1,0 +1,137 @@
+"""Non-blocking access to the store for code in the triggerer: snapshots of watched jobs, and cancel.
+
+A blocking driver in the triggerer would stall every trigger of the process, so this goes through
+aiosqlite or asyncpg. Writes reuse the synchronous store's statements via ``run_sync``, which
+SQLAlchemy runs over the async driver without blocking the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from iris_airflow_provider.federation.states import Direction, HandoffState, JobState, pending_reason
+from iris_airflow_provider.store.engine import WRITE, create_async_store_engine
+from iris_airflow_provider.store.records import CancelOutcome
+from iris_airflow_provider.store.schema import TERMINAL_STATES as TERMINAL_VALUES
+from iris_airflow_provider.store.schema import job_events, jobs
+from iris_airflow_provider.store.store import request_cancel
+
+# What a waiting task needs to know about its job; the spec itself is never read while waiting.
+SNAPSHOT_COLUMNS = (
+    jobs.c.job_id,
+    jobs.c.direction,
+    jobs.c.state,
+    jobs.c.handoff_state,
+    jobs.c.peer_id,
+    jobs.c.backend_id,
+    jobs.c.error,
+    jobs.c.exit_code,
+    jobs.c.reported_at_ms,
+    jobs.c.row_version,
+    jobs.c.cancel_intent_version,
+    jobs.c.updated_at_ms,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnapshot:
+    job_id: str
+    direction: Direction
+    state: JobState
+    handoff_state: HandoffState | None
+    peer_id: str
+    backend_id: str
+    error: str
+    exit_code: int | None
+    reported: bool
+    row_version: int
+    cancel_intent_version: int
+    updated_at_ms: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> JobSnapshot:
+        m = row._mapping
+        return cls(
+            job_id=m["job_id"],
+            direction=Direction(m["direction"]),
+            state=JobState(m["state"]),
+            handoff_state=HandoffState(m["handoff_state"]) if m["handoff_state"] else None,
+            peer_id=m["peer_id"],
+            backend_id=m["backend_id"],
+            error=m["error"],
+            exit_code=m["exit_code"],
+            reported=m["reported_at_ms"] is not None,
+            row_version=m["row_version"],
+            cancel_intent_version=m["cancel_intent_version"],
+            updated_at_ms=m["updated_at_ms"],
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def pending_reason(self) -> str:
+        return pending_reason(
+            direction=self.direction,
+            handoff_state=self.handoff_state,
+            state=self.state,
+            peer_id=self.peer_id,
+            backend_id=self.backend_id,
+            reported=self.reported,
+        )
+
+
+class AsyncFederationStore:
+    def __init__(self, url: str) -> None:
+        self.engine = create_async_store_engine(url)
+        self.queries = 0  # statements sent, for the shared-poller benchmark
+
+    async def snapshots(self, job_ids: Sequence[str]) -> dict[str, JobSnapshot]:
+        if not job_ids:
+            return {}
+        self.queries += 1
+        async with self.engine.connect() as connection:
+            result = await connection.execute(sa.select(*SNAPSHOT_COLUMNS).where(jobs.c.job_id.in_(list(job_ids))))
+            return {row.job_id: JobSnapshot.from_row(row) for row in result}
+
+    async def changed_since(self, updated_at_ms: int) -> list[JobSnapshot]:
+        """Every job written at or after ``updated_at_ms`` (by any writer's clock)."""
+        self.queries += 1
+        async with self.engine.connect() as connection:
+            result = await connection.execute(sa.select(*SNAPSHOT_COLUMNS).where(jobs.c.updated_at_ms >= updated_at_ms))
+            return [JobSnapshot.from_row(row) for row in result]
+
+    async def latest_event_seq(self, kinds: Sequence[str]) -> int:
+        """The newest history event of these kinds (0 when none): a cheap "anything new?" probe."""
+        self.queries += 1
+        async with self.engine.connect() as connection:
+            query = sa.select(sa.func.max(job_events.c.seq)).where(job_events.c.kind.in_(list(kinds)))
+            return int((await connection.execute(query)).scalar() or 0)
+
+    async def in_flight_count(self) -> int:
+        """Live jobs whose state someone else reports (peers, local backends), or with a cancel to route."""
+        self.queries += 1
+        async with self.engine.connect() as connection:
+            query = sa.select(sa.func.count()).where(
+                jobs.c.state.not_in(TERMINAL_VALUES),
+                sa.or_(
+                    jobs.c.direction == Direction.LOCAL.value,
+                    jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
+                ),
+            )
+            return int((await connection.execute(query)).scalar() or 0)
+
+    async def request_cancel(self, job_id: str, now_ms: int) -> CancelOutcome:
+        self.queries += 1
+        async with self.engine.connect() as connection:
+            writer = await connection.execution_options(**{WRITE: True})
+            async with writer.begin():
+                return await writer.run_sync(request_cancel, job_id, now_ms)
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,157 @@
+"""The trigger behind the operator and the sensor: waits on a federated job in the triggerer.
+
+It watches the job through the process's shared poller (no worker slot, no blocking driver, one
+query per interval for all waits), logs every change of state and pending reason into the task
+log, and fires once the job reached what the task waits for: acceptance by a peer, running, or
+the end. A user killing the deferred task cancels the job; a triggerer restart does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.hooks.federation_store import FederationStoreHook
+from iris_airflow_provider.store.async_store import AsyncFederationStore, JobSnapshot
+from iris_airflow_provider.triggers.poller import SharedJobPoller
+
+WAIT_UNTIL = ("accepted", "running", "completion")
+DEFAULT_POLL_INTERVAL = 5.0
+
+
+def reached(snapshot: JobSnapshot, until: str) -> bool:
+    """Whether the job got as far as ``until`` (a finished job has gone as far as it ever will)."""
+    if snapshot.terminal:
+        return True
+    if until == "running":
+        return snapshot.state is JobState.RUNNING
+    if until == "accepted":
+        handed_off = snapshot.direction is Direction.SENT and snapshot.handoff_state is HandoffState.HANDED_OFF
+        return handed_off or snapshot.state in (JobState.ACCEPTED, JobState.RUNNING)
+    return False
+
+
+def describe(snapshot: JobSnapshot) -> str:
+    where = f" on peer {snapshot.peer_id}" if snapshot.direction is Direction.SENT and snapshot.peer_id else ""
+    if snapshot.direction is Direction.LOCAL and snapshot.backend_id:
+        where = f" on local backend {snapshot.backend_id}"
+    text = f"Job {snapshot.job_id} is {snapshot.state.value}{where}"
+    if snapshot.handoff_state is not None:
+        text += f" (handoff {snapshot.handoff_state.value})"
+    if snapshot.pending_reason:
+        text += f": {snapshot.pending_reason}"
+    if snapshot.terminal and snapshot.error:
+        text += f": {snapshot.error}"
+    return text
+
+
+class FederationJobTrigger(BaseTrigger):
+    def __init__(
+        self,
+        job_id: str,
+        *,
+        until: str = "completion",
+        conn_id: str = FederationStoreHook.default_conn_name,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        deadline_ms: int | None = None,
+        cancel_on_kill: bool = True,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger is untyped
+        if until not in WAIT_UNTIL:
+            raise ValueError(f"until must be one of {', '.join(WAIT_UNTIL)}, got {until!r}")
+        self.job_id = job_id
+        self.until = until
+        self.conn_id = conn_id
+        self.poll_interval = float(poll_interval)
+        self.deadline_ms = deadline_ms
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "until": self.until,
+                "conn_id": self.conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline_ms": self.deadline_ms,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        url = await FederationStoreHook(self.conn_id).aget_url()
+        poller = SharedJobPoller.for_store(url, self.poll_interval)
+        queue = poller.subscribe(self.job_id)
+        reasons: list[str] = []
+        try:
+            event = await self._wait(queue, reasons)
+        finally:
+            await poller.unsubscribe(self.job_id, queue)
+        # Yield last, after the poller released its connections: the task resumes on this event.
+        yield TriggerEvent(event)
+
+    async def _wait(self, queue: asyncio.Queue[JobSnapshot | None], reasons: list[str]) -> dict[str, Any]:
+        last: JobSnapshot | None = None
+        while True:
+            timeout = None
+            if self.deadline_ms is not None:
+                timeout = (self.deadline_ms - time.time() * 1000) / 1000
+                if timeout <= 0:
+                    return self._event(
+                        "timeout", last, reasons, f"the deadline passed while {describe(last) if last else 'waiting'}"
+                    )
+            try:
+                snapshot = await asyncio.wait_for(queue.get(), timeout)
+            except TimeoutError:
+                continue
+            if snapshot is None:
+                return self._event("missing", last, reasons, f"Job {self.job_id} is not in the federation store")
+            if last is None or (snapshot.state, snapshot.handoff_state, snapshot.pending_reason, snapshot.peer_id) != (
+                last.state,
+                last.handoff_state,
+                last.pending_reason,
+                last.peer_id,
+            ):
+                self.log.info(describe(snapshot))
+            if snapshot.pending_reason and (not reasons or reasons[-1] != snapshot.pending_reason):
+                reasons.append(snapshot.pending_reason)
+            last = snapshot
+            if reached(snapshot, self.until):
+                return self._event("reached", snapshot, reasons, describe(snapshot))
+
+    def _event(self, status: str, snapshot: JobSnapshot | None, reasons: list[str], message: str) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "status": status,
+            "job_id": self.job_id,
+            "until": self.until,
+            "message": message,
+            "pending_reasons": list(reasons),
+        }
+        if snapshot is not None:
+            event.update(
+                state=snapshot.state.value,
+                handoff_state=snapshot.handoff_state.value if snapshot.handoff_state else None,
+                direction=snapshot.direction.value,
+                peer_id=snapshot.peer_id,
+                backend_id=snapshot.backend_id,
+                error=snapshot.error,
+                exit_code=snapshot.exit_code,
+            )
+        return event
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task (mark failed, clear, or a failed DAG run): cancel the job."""
+        if not self.cancel_on_kill:
+            return
+        store = AsyncFederationStore(await FederationStoreHook(self.conn_id).aget_url())
+        try:
+            outcome = await store.request_cancel(self.job_id, int(time.time() * 1000))
+            self.log.info("Cancelled job %s after the task was killed (%s)", self.job_id, outcome)
+        finally:
+            await store.dispose()

@@ -1,0 +1,69 @@
+"""A real Airflow deployment (api-server, scheduler, dag-processor, triggerer) on PostgreSQL."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devtools.airflow_deployment import AirflowDeployment
+from iris_airflow_provider.store.store import FederationStore
+from tests.postgres import scratch_database
+
+CLUSTER = """
+name: marin
+placement:
+  tick_interval_seconds: 30
+  sync_interval_seconds: 2
+backends:
+  - {id: cpu, kind: process, max_running_jobs: 4}
+peers:
+  - id: cw-h100
+    kind: agentless
+    backends: [{id: default, kind: process, devices: {h100: 8}}]
+  - id: cw-gb200
+    kind: agentless
+    backends: [{id: default, kind: process, devices: {gb200: 4}}]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
+    home = tmp_path_factory.mktemp("airflow-parent")
+    (home / "cluster.yaml").write_text(CLUSTER)
+    with scratch_database("iris_e2e_meta") as metadata_url, scratch_database("iris_e2e_store") as store_url:
+        deployment = AirflowDeployment(
+            home=home,
+            port=free_port(),
+            metadata_url=metadata_url,
+            store_url=store_url,
+            cluster_config=home / "cluster.yaml",
+            dags_folder=Path(__file__).parent / "dags",
+        )
+        try:
+            deployment.start()
+            deployment.wait_for_dag("iris_federation_tick")
+            yield deployment
+        finally:
+            deployment.stop()
+            artifacts = Path(__file__).resolve().parents[2] / ".artifacts" / "e2e-logs"
+            artifacts.mkdir(parents=True, exist_ok=True)
+            for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
+                log = deployment.log_path(component)
+                if log.exists():
+                    (artifacts / log.name).write_bytes(log.read_bytes())
+
+
+@pytest.fixture(scope="session")
+def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
+    store = FederationStore.from_url(deployment.store_url)
+    yield store
+    store.dispose()

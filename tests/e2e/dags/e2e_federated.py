@@ -1,0 +1,35 @@
+"""DAGs the end-to-end tests trigger through the REST API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG
+
+from iris_airflow_provider.operators.federated import IrisFederatedOperator
+from iris_airflow_provider.sensors.federated import IrisFederatedJobSensor
+
+with DAG(dag_id="e2e_job", schedule=None, catchup=False, max_active_runs=16):
+    IrisFederatedOperator(task_id="run", job="{{ dag_run.conf['job'] | tojson }}", poll_interval=1)
+
+with DAG(dag_id="e2e_job_on_worker", schedule=None, catchup=False):
+    # Waits on the worker (not deferred) and retries: for the worker-crash reattach test.
+    IrisFederatedOperator(
+        task_id="run",
+        job="{{ dag_run.conf['job'] | tojson }}",
+        poll_interval=1,
+        deferrable=False,
+        retries=2,
+        retry_delay=timedelta(seconds=1),
+    )
+
+with DAG(dag_id="e2e_timeout", schedule=None, catchup=False):
+    IrisFederatedOperator(
+        task_id="run",
+        job="{{ dag_run.conf['job'] | tojson }}",
+        poll_interval=1,
+        execution_timeout=timedelta(seconds=15),
+    )
+
+with DAG(dag_id="e2e_sensor", schedule=None, catchup=False):
+    IrisFederatedJobSensor(task_id="wait", job_id="{{ dag_run.conf['job_id'] }}", until="completion", poll_interval=1)
