@@ -44,6 +44,7 @@ class AirflowDeployment:
     dags_folder: Path = REPO / "dags"
     extra_env: dict[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    passwords: dict[str, str] = field(default_factory=dict)  # default: "<user>-password"
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -52,7 +53,7 @@ class AirflowDeployment:
         return f"http://127.0.0.1:{self.port}"
 
     def password(self, user: str) -> str:
-        return f"{user}-password"
+        return self.passwords.get(user, f"{user}-password")
 
     def env(self) -> dict[str, str]:
         import iris_airflow_provider

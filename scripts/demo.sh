@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The main job: what the federation does with a realistic state (see examples/).
+# The live demo: Airflow federating jobs between a CPU cluster and two GPU peers on this machine.
+# Stops on Ctrl-C. Options: --exit-when-done, --port N, --home DIR (see devtools/demo.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-example=${1:-examples/simulate-contention.json}
-echo "== iris-federation simulate $example" >&2
-.venv/bin/iris-federation simulate "$example"
+exec .venv/bin/python -m devtools.demo "$@"

@@ -202,6 +202,11 @@ class ProcessBackend:
                     reports[job_id] = self._report(job)
             return reports
 
+    def live_job_ids(self) -> list[str]:
+        """Jobs queued or running here."""
+        with self._locked():
+            return sorted(str(job.job["job_id"]) for job in self._jobs() if job.state not in FINISHED)
+
     def cancel(self, job_id: str) -> bool:
         with self._locked():
             job = self._load(job_id)

@@ -1,0 +1,195 @@
+"""The live demo: a federating Airflow on this machine, jobs submitted through its REST API.
+
+It starts Airflow (api-server, scheduler, dag-processor, triggerer as separate processes) for the
+parent cluster ``marin`` (a CPU process backend) with two GPU peers driven directly
+(``cw-h100``: 8 h100 slots; ``cw-gb200``: 4 gb200 slots), triggers the example DAG
+``federated_job`` once per example job as different users, and prints where each job landed and
+why the waiting ones wait, until they are done. Then it keeps Airflow up for you to explore the
+UI, and stops everything cleanly on Ctrl-C (``--exit-when-done`` stops at once instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from devtools.airflow_deployment import REPO, AirflowDeployment, DeploymentError
+
+EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
+    (
+        "alice",
+        "8 x H100 training: the only peer with H100s has them free",
+        {
+            "command": "echo training on GPUs $CUDA_VISIBLE_DEVICES; sleep 12; echo done",
+            "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}},
+            "priority_band": "interactive",
+        },
+    ),
+    (
+        "bob",
+        "4 x GB200 fine-tune: lands on the GB200 peer",
+        {
+            "command": "echo fine-tuning; sleep 6",
+            "resources": {"device": {"type": "gpu", "variant": "gb200", "count": 4}},
+            "priority_band": "batch",
+        },
+    ),
+    (
+        "alice",
+        "another 8 x H100 job: waits for the first one's GPUs",
+        {
+            "command": "echo second training run; sleep 3",
+            "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}},
+            "priority_band": "batch",
+        },
+    ),
+    (
+        "bob",
+        "CPU preprocessing: runs here, on marin",
+        {"command": "echo tokenizing; sleep 2", "resources": {"device": {"type": "cpu"}}},
+    ),
+    (
+        "alice",
+        "CPU evaluation pinned to cw-gb200 (target_cluster)",
+        {"command": "echo evaluating", "target_cluster": "cw-gb200"},
+    ),
+    (
+        "bob",
+        "TPU v5p job: nobody has TPUs, so it is rejected at once",
+        {"command": "true", "resources": {"device": {"type": "tpu", "variant": "v5p-8", "count": 4}}},
+    ),
+]
+
+
+def free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise RuntimeError("no free port")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--home", type=Path, default=REPO / ".demo", help="where the demo keeps everything")
+    parser.add_argument("--port", type=int, default=8080, help="api-server port (another free one if taken)")
+    parser.add_argument("--exit-when-done", action="store_true", help="stop as soon as every job has finished")
+    args = parser.parse_args(argv)
+
+    shutil.rmtree(args.home, ignore_errors=True)
+    args.home.mkdir(parents=True)
+    cluster = args.home / "cluster.yaml"
+    shutil.copy(REPO / "examples" / "cluster-demo.yaml", cluster)
+    deployment = AirflowDeployment(
+        home=args.home,
+        port=free_port(args.port),
+        metadata_url=f"sqlite:///{args.home / 'airflow.db'}",
+        store_url=f"sqlite:///{args.home / 'iris_federation.db'}",
+        cluster_config=cluster,
+        passwords={"admin": "admin"},
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        say(f"Starting Airflow in {args.home} (logs in {args.home / 'logs'}) ...")
+        started = time.monotonic()
+        deployment.start()
+        deployment.wait_for_dag("federated_job")
+        deployment.wait_for_dag("iris_federation_tick")
+        elapsed = time.monotonic() - started
+        say(f"Airflow is up after {elapsed:.0f} s: {deployment.base_url} (user admin, password admin)")
+        runs = []
+        for user, title, job in EXAMPLE_JOBS:
+            run_id = deployment.trigger("federated_job", {"job": job}, user=user)
+            runs.append((user, title, run_id))
+            say(f"  {user:<6} submitted {title}")
+            time.sleep(1)
+        watch(deployment, runs)
+        say(f"\nAll jobs are done. Airflow UI: {deployment.base_url}/dags/federated_job (admin / admin)")
+        say("Each task's log shows the pending reasons it went through; its XCom says where the job ran.")
+        if not args.exit_when_done:
+            say("Press Ctrl-C to stop.")
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    except DeploymentError as error:
+        say(f"\nThe demo failed: {error}")
+        return 1
+    finally:
+        say("Stopping Airflow ...")
+        deployment.stop()
+        stop_jobs(cluster)
+        say("Stopped.")
+    return 0
+
+
+def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> None:
+    """Print each job's state, where it runs and why it waits, whenever anything changes."""
+    from iris_airflow_provider.store.store import FederationStore
+
+    store = FederationStore.from_url(deployment.store_url)
+    last = ""
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            lines, done = [], 0
+            for user, title, run_id in runs:
+                run_state = deployment.run("federated_job", run_id)["state"]
+                job = next((j for j in store.list_jobs(limit=1000) if j.origin and j.origin.run_id == run_id), None)
+                if job is None:
+                    where, state = "-", "rejected" if run_state == "failed" else "submitting"
+                    detail = ""
+                else:
+                    where = (
+                        f"peer {job.peer_id}" if job.peer_id else ("marin" if job.direction.value == "local" else "-")
+                    )
+                    if job.backend_id:
+                        where += f"/{job.backend_id}"
+                    state = job.state.value
+                    detail = job.pending_reason or job.error
+                if run_state in ("success", "failed"):
+                    done += 1
+                lines.append(
+                    f"  {user:<6} {state:<13} {where:<22} {title}" + (f"\n{'':>23}-> {detail}" if detail else "")
+                )
+            table = "\n".join(lines)
+            if table != last:
+                say(f"\n[{time.strftime('%H:%M:%S')}] job states (DAG run state in the UI):\n{table}")
+                last = table
+            if done == len(runs):
+                return
+            time.sleep(1)
+        raise DeploymentError("the example jobs did not finish within 5 minutes")
+    finally:
+        store.dispose()
+
+
+def stop_jobs(cluster: Path) -> None:
+    """Jobs run detached (they survive Airflow restarts by design); the demo does not leave any behind."""
+    from iris_airflow_provider.cluster.build import build_local_backends, build_peers
+    from iris_airflow_provider.cluster.config import load_cluster_config
+
+    config = load_cluster_config(cluster)
+    backends = list(build_local_backends(config).values())
+    for peer in build_peers(config).values():
+        backends.extend(getattr(peer, "backends", {}).values())
+    for backend in backends:
+        for job_id in getattr(backend, "live_job_ids", list)():
+            backend.cancel(job_id)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
