@@ -56,17 +56,8 @@ class AirflowDeployment:
         return self.passwords.get(user, f"{user}-password")
 
     def env(self) -> dict[str, str]:
-        import iris_airflow_provider
+        from iris_airflow_provider.cli import dag_bundle_config
 
-        package_dags = Path(iris_airflow_provider.__file__).parent / "dags"
-        bundles = [
-            {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}},
-            {
-                "name": "iris_federation",
-                "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                "kwargs": {"path": str(package_dags), "refresh_interval": 30},
-            },
-        ]
         env = {
             **os.environ,
             "AIRFLOW_HOME": str(self.home),
@@ -78,7 +69,7 @@ class AirflowDeployment:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
-            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(bundles),
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(dag_bundle_config()),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__API__HOST": "127.0.0.1",

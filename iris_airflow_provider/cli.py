@@ -32,6 +32,27 @@ def _simulate(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     return 0
 
 
+def dag_bundle_config(dags_folder: bool = True) -> list[dict[str, Any]]:
+    """The ``[dag_processor] dag_bundle_config_list`` that loads the provider's placement DAG."""
+    from pathlib import Path
+
+    import iris_airflow_provider
+
+    bundle = {
+        "name": "iris_federation",
+        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(Path(iris_airflow_provider.__file__).parent / "dags"), "refresh_interval": 300},
+    }
+    default = {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}}
+    return [default, bundle] if dags_folder else [bundle]
+
+
+def _bundle(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    json.dump(dag_bundle_config(not args.without_dags_folder), stdout)
+    stdout.write("\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iris-federation", description="Inspect and drive Iris job federation from the command line."
@@ -47,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--no-explain", action="store_true", help="leave out pending jobs' explanations")
     simulate.add_argument("--compact", action="store_true", help="print the JSON on one line")
     simulate.set_defaults(run=_simulate)
+    bundle = commands.add_parser(
+        "dag-bundle-config",
+        help="print the dag_bundle_config_list that loads the placement DAG shipped in this package",
+        description="Print a value for AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST: the usual dags folder plus "
+        "the bundle holding iris_federation_tick.",
+    )
+    bundle.add_argument("--without-dags-folder", action="store_true", help="only the provider's bundle")
+    bundle.set_defaults(run=_bundle)
     return parser
 
 
