@@ -189,3 +189,30 @@ def _wait(condition, what: str, timeout: float = 90) -> Any:
             return value
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def test_a_triggerer_restart_does_not_cancel_a_waiting_job(deployment, store):
+    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "sleep 12; echo survived")}, user="alice")
+    deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
+    job_id = job_of(deployment, run)
+    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
+    deployment.stop_component("triggerer")
+    deployment.start_component("triggerer")
+    assert deployment.wait_for_run("e2e_job", run, timeout=180) == "success"
+    job = store.get_job(job_id)
+    assert job.state is JobState.SUCCEEDED and job.cancel_intent_version == 0
+
+
+def test_marking_a_deferred_task_failed_cancels_its_running_job_on_the_peer(deployment, store):
+    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "sleep 120")}, user="alice")
+    deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
+    job_id = job_of(deployment, run)
+    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
+    response = deployment.api(
+        "PATCH", f"/api/v2/dags/e2e_job/dagRuns/{run}/taskInstances/run", json={"new_state": "failed"}
+    )
+    assert response.status_code == 200, response.text
+    _wait(lambda: store.get_job(job_id).state is JobState.KILLED, "the peer to report the job killed", timeout=60)
+    job = store.get_job(job_id)
+    assert job.cancel_intent_version == 1 and job.cancel_delivered_version == 1
+    assert job.handoff_state is HandoffState.HANDED_OFF  # it reached the peer; the cancel followed it there
