@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 Scalar = str | int | float
@@ -107,6 +107,14 @@ class Constraint:
     key: str
     op: Op
     values: tuple[Scalar, ...] = ()
+    # Placement groups jobs by their constraints once per job per tick: hash once, not every time.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.key, self.op, self.values)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def to_wire(self) -> dict[str, object]:
         return {"key": self.key, "op": self.op.value, "values": list(self.values)}

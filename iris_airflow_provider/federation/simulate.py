@@ -9,20 +9,15 @@ explanation), the expired jobs and the ledger after the tick. Pure: no clock, no
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
 from iris_airflow_provider.federation.availability import (
-    AVAILABILITY_METRIC_VERSION,
-    Availability,
     LocalBackend,
-    PeerBackend,
     PeerState,
 )
-from iris_airflow_provider.federation.bands import Band, UnknownBandError, parse_band
 from iris_airflow_provider.federation.constraints import normalize_advertised
 from iris_airflow_provider.federation.errors import SpecError
 from iris_airflow_provider.federation.explain import explain
@@ -35,89 +30,18 @@ from iris_airflow_provider.federation.placement import (
     plan,
 )
 from iris_airflow_provider.federation.router import Disposition, classify
-
-Amounts = dict[str, Annotated[int, Field(ge=0, strict=False)]]
-AttributeValues = list[str | int | float | bool]
-
-
-def _amounts(value: Any) -> Any:
-    """Amount tokens are variant names: lowercased, as everywhere else."""
-    if not isinstance(value, Mapping):
-        return value
-    return {str(token).strip().lower(): amount for token, amount in value.items()}
-
-
-class HeldByBand(StrictModel):
-    band: Band | None  # None: UNSPECIFIED, ignored
-    amounts: Amounts
-
-    @field_validator("band", mode="before")
-    @classmethod
-    def _band(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            raise PydanticCustomError("band_type", "must be a band name such as PRIORITY_BAND_BATCH")
-        try:
-            return parse_band(value, unspecified=None)
-        except UnknownBandError as error:
-            raise PydanticCustomError("band", str(error)) from None
-
-    _check_amounts = field_validator("amounts", mode="before")(_amounts)
-
-
-class AvailabilityBlock(StrictModel):
-    version: int = Field(ge=1)
-    observation_epoch_ms: int = Field(ge=0)
-    amounts: Amounts = Field(default_factory=dict)
-    total_amounts: Amounts = Field(default_factory=dict)
-    held_by_band: list[HeldByBand] = Field(default_factory=list)
-
-    _check_amounts = field_validator("amounts", "total_amounts", mode="before")(_amounts)
-
-    def to_core(self) -> Availability:
-        held: dict[Band, dict[str, int]] = {}
-        for entry in self.held_by_band:
-            if entry.band is not None:
-                bucket = held.setdefault(entry.band, {})
-                for token, amount in entry.amounts.items():
-                    bucket[token] = bucket.get(token, 0) + amount
-        return Availability(self.version, self.observation_epoch_ms, self.amounts, self.total_amounts, held)
-
-
-class PeerBackendIn(StrictModel):
-    backend_id: str = Field(min_length=1)
-    kind: str = ""
-    advertised_attributes: dict[str, AttributeValues] = Field(default_factory=dict)
-    availability: AvailabilityBlock | None = None
-    # Set when the block's version is newer than we understand: the backend is matched on shape alone.
-    unsupported_availability_version: int | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _future_versions(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and isinstance(block := data.get("availability"), Mapping):
-            version = block.get("version")
-            if isinstance(version, str) and version.strip().isdigit():
-                version = int(version)  # proto3 JSON (list-peers output) prints the version as a string
-            if isinstance(version, int) and not isinstance(version, bool) and version > AVAILABILITY_METRIC_VERSION:
-                return {**data, "availability": None, "unsupported_availability_version": version}
-        return data
-
-    def to_core(self) -> PeerBackend:
-        availability = self.availability.to_core() if self.availability else None
-        if self.unsupported_availability_version is not None:
-            availability = Availability(self.unsupported_availability_version, 0, {})
-        return PeerBackend(self.backend_id, normalize_advertised(self.advertised_attributes), availability)
+from iris_airflow_provider.federation.wire import Amounts, AttributeValues, BackendSummary, amounts_validator
 
 
 class PeerIn(StrictModel):
     peer_id: str = Field(min_length=1)
     reachable: bool = True
     last_contact_ms: int = Field(ge=0)
-    backends: list[PeerBackendIn] = Field(default_factory=list)
+    backends: list[BackendSummary] = Field(default_factory=list)
 
     @field_validator("backends")
     @classmethod
-    def _unique_backends(cls, value: list[PeerBackendIn]) -> list[PeerBackendIn]:
+    def _unique_backends(cls, value: list[BackendSummary]) -> list[BackendSummary]:
         _no_duplicates("backend_id", [b.backend_id for b in value])
         return value
 
@@ -130,7 +54,7 @@ class LocalBackendIn(StrictModel):
     advertised_attributes: dict[str, AttributeValues] = Field(default_factory=dict)
     total_amounts: Amounts | None = None
 
-    _check_amounts = field_validator("total_amounts", mode="before")(_amounts)
+    _check_amounts = amounts_validator("total_amounts")
 
     def to_core(self) -> LocalBackend:
         return LocalBackend(self.backend_id, normalize_advertised(self.advertised_attributes), self.total_amounts)
@@ -146,7 +70,7 @@ class LedgerRowIn(StrictModel):
     observation_epoch_ms: int = Field(ge=0)
     reserved: Amounts = Field(default_factory=dict)
 
-    _check_amounts = field_validator("reserved", mode="before")(_amounts)
+    _check_amounts = amounts_validator("reserved")
 
 
 class SimulateInput(StrictModel):

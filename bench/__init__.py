@@ -1,0 +1,1 @@
+"""Benchmarks: they print figures and are never part of the test suite."""
