@@ -53,6 +53,29 @@ def _bundle(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     return 0
 
 
+def _keygen(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    import os
+    from pathlib import Path
+
+    from iris_airflow_provider.peers.identity import generate_keypair
+
+    private_pem, public_pem = generate_keypair()
+    directory = Path(args.out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    private_path, public_path = directory / f"{args.name}.key", directory / f"{args.name}.pub"
+    if private_path.exists() and not args.force:
+        raise SpecError.single("", f"{private_path} exists; pass --force to replace it")
+    descriptor = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(private_pem)
+    public_path.write_text(public_pem)
+    stdout.write(
+        f"private key: {private_path} (federation.private_key of cluster {args.name}; keep it secret)\n"
+        f"public key:  {public_path} (give it to each peer: federation.trusted_peers.{args.name}.public_key)\n"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iris-federation", description="Inspect and drive Iris job federation from the command line."
@@ -76,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bundle.add_argument("--without-dags-folder", action="store_true", help="only the provider's bundle")
     bundle.set_defaults(run=_bundle)
+    keygen = commands.add_parser(
+        "keygen",
+        help="create this cluster's Ed25519 key pair for signed peer identity",
+        description="Write NAME.key (private, mode 600) and NAME.pub into DIR.",
+    )
+    keygen.add_argument("--name", required=True, help="this cluster's name (the cluster file's name)")
+    keygen.add_argument("--out-dir", default=".", help="where to write the keys (default: .)")
+    keygen.add_argument("--force", action="store_true", help="replace existing keys")
+    keygen.set_defaults(run=_keygen)
     return parser
 
 

@@ -33,6 +33,12 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "extra-links": ["iris_airflow_provider.links.FederationJobLink"],
+        "plugins": [
+            {
+                "name": "iris_federation",
+                "plugin-class": "iris_airflow_provider.plugins.iris_federation.IrisFederationPlugin",
+            }
+        ],
         "config": {
             "iris_federation": {
                 "description": "Iris federation provider.",

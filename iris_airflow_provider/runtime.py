@@ -14,7 +14,9 @@ from airflow.providers.common.compat.sdk import conf
 from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
+from iris_airflow_provider.peers.identity import TokenVerifier
 from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.receiver import Receiver
 
 SECTION = "iris_federation"
 DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
@@ -46,3 +48,29 @@ def get_federation(conn_id: str | None = None) -> Federation:
             federation = Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
             _federations[key] = federation
         return federation
+
+
+_receivers: dict[tuple[str, str], Receiver] = {}
+
+
+def get_verifier() -> TokenVerifier:
+    """Checks the signed identity of clusters calling this one's peer API."""
+    from iris_airflow_provider.peers.identity import read_pem
+
+    config = cluster_config()
+    return TokenVerifier({name: read_pem(peer.public_key) for name, peer in config.federation.trusted_peers.items()})
+
+
+def get_receiver(conn_id: str | None = None) -> Receiver:
+    """The peer side, for the peer API in the api-server: handoffs become runs of the runner DAG."""
+    from iris_airflow_provider.runner import start_runner_run
+
+    federation = get_federation(conn_id)
+    key = (cluster_config_path(), conn_id or default_conn_id())
+    with _lock:
+        receiver = _receivers.get(key)
+        if receiver is None:
+            receiver = _receivers[key] = Receiver(
+                federation.config, federation.store, federation.backends, start_run=start_runner_run
+            )
+        return receiver

@@ -18,11 +18,12 @@ if ! .venv/bin/uv --version 2>/dev/null | grep -q "$UV_VERSION"; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
 
+# Reinstall when the lock or the project's own metadata (entry points) changed since last time.
 stamp=.venv/.installed-lock
-if ! cmp -s requirements/dev.lock "$stamp" 2>/dev/null; then
+if ! cat requirements/dev.lock pyproject.toml | cmp -s - "$stamp" 2>/dev/null; then
     echo "bootstrap: installing locked dependencies into .venv" >&2
     # Compile bytecode at install: `import airflow` takes 1.5 s with .pyc files and over 3 s without.
     .venv/bin/uv pip install --quiet --python .venv/bin/python --compile-bytecode -r requirements/dev.lock
     .venv/bin/uv pip install --quiet --python .venv/bin/python --no-deps --editable .
-    cp requirements/dev.lock "$stamp"
+    cat requirements/dev.lock pyproject.toml > "$stamp"
 fi

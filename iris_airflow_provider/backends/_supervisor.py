@@ -63,6 +63,7 @@ def supervise(state_dir: Path, job_directory: str) -> None:
 
     exit_codes: list[int | None] = [None] * replicas
     error = ""
+    failed_replica: int | None = None  # the first to fail: its code is the job's
     children: dict[int, subprocess.Popen[bytes]] = {}
     if not command:
         error, exit_codes = "The job has no command to run", [127] * replicas
@@ -80,12 +81,16 @@ def supervise(state_dir: Path, job_directory: str) -> None:
             except OSError as exc:
                 error = f"Replica {index} could not start {command[0]!r}: {exc.strerror}"
                 exit_codes[index] = 127
+                failed_replica = index
                 break
 
+    terminated: set[int] = set()  # told to stop once: a child shutting down gracefully is left to it
+
     def stop_all(sig: int) -> None:
-        for child in children.values():
-            if child.poll() is None:
+        for index, child in children.items():
+            if child.poll() is None and (sig != signal.SIGTERM or index not in terminated):
                 child.send_signal(sig)
+                terminated.add(index)
 
     if error:
         stop_all(signal.SIGTERM)
@@ -97,6 +102,7 @@ def supervise(state_dir: Path, job_directory: str) -> None:
                 (directory / f"replica-{index}.exit").write_text(str(code))
                 if code != 0 and not error:
                     error = f"Replica {index} exited with code {code}"
+                    failed_replica = index
                     stop_all(signal.SIGTERM)
                     stopping.append(time.monotonic())
         if stopping:
@@ -112,7 +118,8 @@ def supervise(state_dir: Path, job_directory: str) -> None:
         failed = [(i, code) for i, code in enumerate(exit_codes) if code != 0]
         if failed:
             error = f"Replica {failed[0][0]} exited with code {failed[0][1]}"
-    backend.supervisor_finished(job["job_id"], exit_codes, error)
+            failed_replica = failed[0][0]
+    backend.supervisor_finished(job["job_id"], exit_codes, error, failed_replica)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ from iris_airflow_provider.federation.states import JobState
 
 # Environment a job starts from: enough to find programs, nothing that could carry a credential.
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER")
+# The supervisor's own environment: what Python needs to start, nothing more. A job can read its
+# parent's (the supervisor's) environment through /proc, so the caller's credentials must not be in it.
+SUPERVISOR_ENV_KEYS = (*BASE_ENV_KEYS, "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")
 SUPERVISOR_START_GRACE_MS = 30_000
 KILL_GRACE_SECONDS = 10
 
@@ -225,6 +228,7 @@ class ProcessBackend:
         if job is None:
             return LogChunk((), cursor)
         offsets: dict[str, int] = json.loads(cursor) if cursor else {}
+        finished = job.state in FINISHED  # nothing more will be written: a last partial line is whole
         lines: list[str] = []
         truncated = False
         for index in range(int(job.job["spec"]["resources"]["replicas"])):
@@ -236,7 +240,8 @@ class ProcessBackend:
                 while True:
                     position = handle.tell()
                     raw = handle.readline()
-                    if not raw.endswith(b"\n"):  # nothing more, or a partial line: read whole next time
+                    # Nothing more, or a partial line: read it whole next time (unless the job has ended).
+                    if not raw or (not raw.endswith(b"\n") and not finished):
                         handle.seek(position)
                         break
                     if len(lines) >= max_lines:
@@ -249,11 +254,16 @@ class ProcessBackend:
 
     # Called by the supervisor when its job ends ------------------------------------------------
 
-    def supervisor_finished(self, job_id: str, exit_codes: Sequence[int | None], error: str) -> None:
+    def supervisor_finished(
+        self, job_id: str, exit_codes: Sequence[int | None], error: str, failed_replica: int | None = None
+    ) -> None:
+        """``failed_replica``: the replica whose failure ended the job (the others were stopped after it)."""
         with self._locked():
             job = self._require(job_id)
             if job.state not in (STARTING, RUNNING):
                 return
+            if failed_replica is not None:
+                job.status["failed_replica"] = failed_replica
             if job.status.get("preempted_at_ms"):
                 self._requeue(job)
             elif job.status.get("cancel_requested_at_ms"):
@@ -348,6 +358,9 @@ class ProcessBackend:
                 continue
             if pid is None and self.clock() - int(job.status.get("spawned_at_ms", 0)) < SUPERVISOR_START_GRACE_MS:
                 continue
+            # Its replicas outlive it (adopted by init) and would keep the slots we are about to free.
+            if _job_group_alive(job.status.get("pgid"), str(job.job["nonce"])):
+                _signal_group(job.status.get("pgid"), signal.SIGKILL)
             if job.status.get("preempted_at_ms"):
                 self._requeue(job)
             elif job.status.get("cancel_requested_at_ms"):
@@ -363,6 +376,11 @@ class ProcessBackend:
         jobs = self._jobs()
         queued = sorted((j for j in jobs if j.state == QUEUED), key=_Job.queue_key)
         running = [j for j in jobs if j.state in (STARTING, RUNNING)]
+        # Slots of jobs already being evicted: freed soon, and already promised to whoever evicted them.
+        draining: dict[str, int] = {}
+        for evicted in (j for j in running if j.status.get("preempted_at_ms")):
+            for variant, slots in evicted.devices.items():
+                draining[variant] = draining.get(variant, 0) + len(slots)
         for job in queued:
             need: dict[str, int] = job.job["need"]
             if self.max_running_jobs is not None and len(running) >= self.max_running_jobs:
@@ -372,7 +390,7 @@ class ProcessBackend:
                 self._start(job, {v: free[v][:n] for v, n in need.items()})
                 running.append(job)
                 continue
-            victims = self._victims(job, need, running, free)
+            victims = self._victims(job, need, running, free, draining)
             for victim in victims:
                 victim.status["preempted_at_ms"] = self.clock()
                 self._save_status(victim)
@@ -386,15 +404,26 @@ class ProcessBackend:
         return {v: [s for s in range(total) if s not in taken.get(v, set())] for v, total in self.devices.items()}
 
     def _victims(
-        self, job: _Job, need: Mapping[str, int], running: Sequence[_Job], free: Mapping[str, list[int]]
+        self,
+        job: _Job,
+        need: Mapping[str, int],
+        running: Sequence[_Job],
+        free: Mapping[str, list[int]],
+        draining: dict[str, int],
     ) -> list[_Job]:
-        """Lower-band running jobs whose eviction frees enough for ``job``: lowest band, newest first."""
+        """Lower-band running jobs whose eviction frees enough for ``job``: lowest band, newest first.
+
+        Slots still held by jobs already being evicted (``draining``) count as freed: evicting more
+        while they drain would take more than ``job`` needs. The job claims the draining slots it
+        counts on, so the next queued job does not count them too.
+        """
+        claimed = {v: min(draining.get(v, 0), max(0, n - len(free.get(v, [])))) for v, n in need.items()}
         candidates = sorted(
             (r for r in running if job.band.outranks(r.band) and not r.status.get("preempted_at_ms")),
             key=lambda r: (-r.band.rank, -int(r.status.get("started_at_ms", 0))),
         )
         chosen: list[_Job] = []
-        available = {v: len(free.get(v, [])) for v in need}
+        available = {v: len(free.get(v, [])) + claimed[v] for v in need}
         for candidate in candidates:
             if all(available[v] >= n for v, n in need.items()):
                 break
@@ -404,7 +433,11 @@ class ProcessBackend:
             chosen.append(candidate)
             for v in need:
                 available[v] += len(gives.get(v, []))
-        return chosen if all(available[v] >= n for v, n in need.items()) else []
+        if not all(available[v] >= n for v, n in need.items()):
+            return []
+        for v, n in claimed.items():
+            draining[v] = draining.get(v, 0) - n
+        return chosen
 
     def _start(self, job: _Job, devices: dict[str, list[int]]) -> None:
         job.status.update(
@@ -437,6 +470,8 @@ class ProcessBackend:
             IRIS_BACKEND_ID=self.backend_id,
         )
         per_replica = int(spec["resources"]["device"]["count"])
+        if self.device_type == "gpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # unset would mean every GPU of the machine
         for variant, slots in devices.items():
             mine = slots[replica * per_replica : (replica + 1) * per_replica]
             env["IRIS_DEVICE_VARIANT"] = variant
@@ -461,6 +496,9 @@ class ProcessBackend:
             ReplicaReport(i, state) for i in range(int(job.job["spec"]["resources"]["replicas"]))
         )
         failing = [c for c in codes if c not in (0, None)]
+        first = status.get("failed_replica")
+        if first is not None and 0 <= first < len(codes) and codes[first] not in (0, None):
+            failing.insert(0, codes[first])  # the replica that failed first, not one stopped because of it
         return JobReport(
             job_id=job.job["job_id"],
             nonce=job.job["nonce"],
@@ -517,6 +555,29 @@ def _alive(pid: int, start: int | None) -> bool:
     return start is None or _start_time(pid) == start
 
 
+def _job_group_alive(pgid: int | None, nonce: str) -> bool:
+    """Whether processes of this job incarnation still run in its process group.
+
+    The group id is the dead supervisor's pid, which may have been recycled (after a reboot, say):
+    only a process carrying the incarnation's ``IRIS_JOB_NONCE`` proves the group is still ours.
+    """
+    if pgid is None:
+        return False
+    marker = f"IRIS_JOB_NONCE={nonce}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z" or int(fields[2]) != pgid:
+                continue
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                return True
+        except (OSError, IndexError, ValueError):
+            continue
+    return False
+
+
 def _signal_group(pgid: int | None, sig: int) -> None:
     if pgid is None:
         return
@@ -533,6 +594,7 @@ def _spawn_supervisor(state_dir: Path, job_directory: str) -> int:
         check=True,
         timeout=60,
         close_fds=True,
+        env={key: os.environ[key] for key in SUPERVISOR_ENV_KEYS if key in os.environ},
     )
     return int(launcher.stdout.decode().strip())
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.backends.process import ProcessBackend
-from iris_airflow_provider.cluster.config import BackendConfig, ClusterConfig
+from iris_airflow_provider.cluster.config import AirflowPeerConfig, BackendConfig, ClusterConfig
+from iris_airflow_provider.federation.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
+from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Peer
+from iris_airflow_provider.peers.identity import TokenMinter, read_pem
 
 
 def build_backend(config: ClusterConfig, owner: str, backend: BackendConfig) -> Backend:
@@ -27,7 +30,32 @@ def build_local_backends(config: ClusterConfig) -> dict[str, Backend]:
 
 
 def build_peers(config: ClusterConfig) -> dict[str, Peer]:
-    return {
-        peer.id: AgentlessPeer(peer.id, [build_backend(config, peer.id, b) for b in peer.backends])
-        for peer in config.peers
-    }
+    peers: dict[str, Peer] = {}
+    minter: TokenMinter | None = None
+    for peer in config.peers:
+        if isinstance(peer, AirflowPeerConfig):
+            if minter is None:
+                minter = token_minter(config, peer.id)
+            peers[peer.id] = AirflowPeer(
+                peer.id,
+                peer.url,
+                minter,
+                timeout_seconds=peer.timeout_seconds,
+                delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
+            )
+        else:
+            peers[peer.id] = AgentlessPeer(peer.id, [build_backend(config, peer.id, b) for b in peer.backends])
+    return peers
+
+
+def token_minter(config: ClusterConfig, peer_id: str) -> TokenMinter:
+    """Signs this cluster's calls to Airflow peers with ``federation.private_key``."""
+    if not config.federation.private_key:
+        raise SpecError.single(
+            "federation.private_key",
+            f"is required to call the Airflow peer {peer_id}: generate a key pair with `iris-federation keygen`",
+        )
+    try:
+        return TokenMinter(config.name, read_pem(config.federation.private_key))
+    except (OSError, ValueError) as error:
+        raise SpecError.single("federation.private_key", f"cannot be used: {error}") from None

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from iris_airflow_provider.federation.errors import FieldProblem, SpecError
 from iris_airflow_provider.federation.model import StrictModel
@@ -84,7 +84,43 @@ class AgentlessPeerConfig(StrictModel):
         return value
 
 
-PeerConfig = AgentlessPeerConfig
+class AirflowPeerConfig(StrictModel):
+    """Another Airflow deployment running this provider, reached over its peer API."""
+
+    id: str
+    kind: Literal["airflow"]
+    url: str = Field(description="the peer's api-server, e.g. https://airflow.cw-east.example.com")
+    timeout_seconds: float = Field(default=10, gt=0)
+
+    _check_id = field_validator("id")(_name)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/")
+
+
+PeerConfig = Annotated[AgentlessPeerConfig | AirflowPeerConfig, Field(discriminator="kind")]
+
+
+class TrustedPeer(StrictModel):
+    public_key: str = Field(description="Ed25519 public key: PEM text, or the path of a PEM file")
+
+
+class FederationSettings(StrictModel):
+    """Signed peer identity, and who may hand jobs to this cluster."""
+
+    private_key: str = Field(
+        default="", description="Ed25519 private key signing this cluster's calls to its peers: PEM text or a path"
+    )
+    trusted_peers: dict[str, TrustedPeer] = Field(
+        default_factory=dict, description="clusters allowed to call this one's peer API, by name"
+    )
+    allowed_submitters: list[str] = Field(
+        default_factory=list, description='users whose jobs this cluster accepts: "*", "*@domain" or exact names'
+    )
 
 
 class PlacementSettings(StrictModel):
@@ -103,6 +139,7 @@ class ClusterConfig(StrictModel):
     default_region: str = Field(default="", description="added to jobs that name no region (not with regions: ['*'])")
     state_dir: Path | None = Field(default=None, description="default: $AIRFLOW_HOME/iris")
     placement: PlacementSettings = PlacementSettings()
+    federation: FederationSettings = FederationSettings()
     backends: list[BackendConfig] = Field(default_factory=list)
     peers: list[PeerConfig] = Field(default_factory=list)
 
@@ -116,8 +153,11 @@ class ClusterConfig(StrictModel):
 
     @field_validator("peers")
     @classmethod
-    def _unique_peers(cls, value: list[PeerConfig]) -> list[PeerConfig]:
+    def _unique_peers(cls, value: list[PeerConfig], info: ValidationInfo) -> list[PeerConfig]:
         _no_duplicates("id", [p.id for p in value])
+        # A peer named like this cluster would share its state directories (<state_dir>/<name>/...).
+        if info.data.get("name") in {p.id for p in value}:
+            raise ValueError(f"a peer cannot be named {info.data['name']!r}: that is this cluster's own name")
         return value
 
     def resolved_state_dir(self) -> Path:
@@ -143,9 +183,23 @@ def parse_cluster_config(document: Any, *, source: str = "cluster configuration"
         return ClusterConfig.model_validate(document)
     except ValidationError as error:
         problems = SpecError.from_validation_error(error).problems
+        located = [(_document_path(p.path, document), p.message) for p in problems]
         raise SpecError(
-            [FieldProblem(f"{source}: {p.path}" if p.path else source, p.message) for p in problems]
+            [FieldProblem(f"{source}: {path}" if path else source, message) for path, message in located]
         ) from None
+
+
+def _document_path(path: str, document: Any) -> str:
+    """Pydantic names a tagged union's member in the path (``peers[0].agentless.id``): drop it, so
+    the path is the document's (``peers[0].id``)."""
+    match = re.match(r"peers\[(\d+)\]\.([^.\[]+)", path)
+    peers = document.get("peers") if isinstance(document, dict) else None
+    if match is None or not isinstance(peers, list) or int(match[1]) >= len(peers):
+        return path
+    peer = peers[int(match[1])]
+    if isinstance(peer, dict) and peer.get("kind") == match[2]:
+        return f"peers[{match[1]}]" + path[match.end() :]
+    return path
 
 
 def load_cluster_config(path: str | Path | None) -> ClusterConfig:

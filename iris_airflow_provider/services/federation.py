@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 LOCAL_ADMIN = "local_admin"
 DELIVERY_BACKOFF_BASE_MS = 5_000
 DELIVERY_BACKOFF_MAX_MS = 300_000
+# A local job is admitted to the store before its backend has it: a job never reported is only
+# "gone" from its backend once its submitter has had this long to hand it over.
+LOCAL_START_GRACE_MS = 60_000
+RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
 
 T = TypeVar("T")
 
@@ -191,9 +195,18 @@ class Federation:
         log.info("Job %s: %s", spec.job_id, _describe_decision(decision))
         return Submitted(decision, record)
 
+    def start_received(self, job_id: str, nonce: str) -> JobRecord:
+        """Start a job a peer handed us on the backend chosen at admission (idempotent by nonce)."""
+        record = self.store.get_job(job_id)
+        if record is None or record.direction is not Direction.RECEIVED or record.nonce != nonce:
+            raise KeyError(f"Job {job_id} (incarnation {nonce}) was not handed to this cluster, or was replaced")
+        if not record.terminal:
+            self._start_local(record, record.job_spec)
+        return self.store.get_job(job_id) or record
+
     def _start_local(self, record: JobRecord, spec: JobSpec) -> None:
         backend = self.backends[record.backend_id]
-        submission = Submission(record.job_id, record.nonce, spec, "", record.submitted_at_ms)
+        submission = Submission(record.job_id, record.nonce, spec, record.peer_id, record.submitted_at_ms)
         try:
             report = backend.submit(submission).report
         except (SubmissionRefusedError, AlreadyExistsError) as error:
@@ -206,7 +219,10 @@ class Federation:
     def cancel(self, job_id: str) -> CancelOutcome:
         """Cancel a job: before handoff it never reaches a peer; after, the peer is told (and re-told)."""
         outcome = self.store.request_cancel(job_id, self.clock())
-        if outcome.found and not outcome.was_terminal:
+        # A queued job has no peer to tell (not even its pin): only local jobs and handoffs that
+        # may have reached a peer (``notify_peer``) are routed, as the re-drive does.
+        routed = outcome.direction in RUN_HERE or bool(outcome.notify_peer)
+        if outcome.found and not outcome.was_terminal and routed:
             record = self.store.get_job(job_id)
             if record is not None:
                 self._deliver_cancel(record)
@@ -214,7 +230,7 @@ class Federation:
 
     def _deliver_cancel(self, record: JobRecord) -> bool:
         try:
-            if record.direction is Direction.LOCAL:
+            if record.direction in RUN_HERE:
                 backend = self.backends.get(record.backend_id)
                 found = backend.cancel(record.job_id) if backend is not None else False
             else:
@@ -342,7 +358,7 @@ class Federation:
         sent: dict[str, list[JobRecord]] = defaultdict(list)
         local: list[JobRecord] = []
         for job in in_flight:
-            if job.direction is Direction.LOCAL:
+            if job.direction in RUN_HERE:
                 local.append(job)
             elif job.peer_id in self.peers:
                 sent[job.peer_id].append(job)
@@ -366,6 +382,11 @@ class Federation:
                 continue
             job_report = backend.status(job.job_id)
             if job_report is None:
+                if job.reported_at_ms is None and (
+                    job.direction is Direction.RECEIVED  # its runner task starts it, whenever Airflow runs that
+                    or self.clock() - job.submitted_at_ms < LOCAL_START_GRACE_MS  # a concurrent submit
+                ):
+                    continue
                 if self.store.mark_gone(job.job_id, job.nonce, self.clock()):
                     report.reported.append(job.job_id)
             elif self._apply_report(job, job_report):

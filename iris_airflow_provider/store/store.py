@@ -53,6 +53,7 @@ from iris_airflow_provider.store.schema import (
 )
 
 _TERMINAL = tuple(s.value for s in TERMINAL)
+_RUN_HERE = (Direction.LOCAL.value, Direction.RECEIVED.value)  # jobs one of this cluster's backends runs
 _MIGRATION_LOCK = 0x1815_FED  # PostgreSQL advisory lock id held while migrating
 
 
@@ -174,8 +175,9 @@ class FederationStore:
         peer_id: str = "",
         backend_id: str = "",
         origin: Origin | None = None,
+        nonce: str | None = None,
     ) -> JobRecord | None:
-        """Run a finished job again under its id, as a new incarnation (a fresh nonce).
+        """Run a finished job again under its id, as a new incarnation (a fresh nonce, or the one given).
 
         Only a terminal job can be reincarnated; returns None when the job is missing or still live.
         """
@@ -193,7 +195,7 @@ class FederationStore:
                         backend_id=backend_id,
                         owner_principal=owner_principal,
                         submitting_user=submitting_user,
-                        nonce=uuid.uuid4().hex,
+                        nonce=nonce or uuid.uuid4().hex,
                         cancel_intent_version=0,
                         cancel_delivered_version=0,
                         priority_band=spec.priority_band.wire_name,
@@ -455,7 +457,7 @@ class FederationStore:
         query = sa.select(jobs).where(
             jobs.c.state.not_in(_TERMINAL),
             sa.or_(
-                jobs.c.direction == Direction.LOCAL.value,
+                jobs.c.direction.in_(_RUN_HERE),
                 sa.and_(
                     jobs.c.direction == Direction.SENT.value,
                     jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
@@ -539,7 +541,7 @@ class FederationStore:
         query = sa.select(jobs).where(
             jobs.c.cancel_intent_version > jobs.c.cancel_delivered_version,
             sa.or_(
-                jobs.c.direction == Direction.LOCAL.value,
+                jobs.c.direction.in_(_RUN_HERE),
                 sa.and_(
                     jobs.c.direction == Direction.SENT.value,
                     jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
@@ -570,6 +572,38 @@ class FederationStore:
                 .values(peer_id=peer_id, **values)
                 .on_conflict_do_update(index_elements=["peer_id"], set_=values)
             )
+
+    # The peer side: what requesters may learn about the jobs they handed us ----------------
+
+    def record_event(self, job_id: str, kind: str, now_ms: int, detail: str = "") -> None:
+        """A history event without a state change (e.g. a replayed handoff), so syncs report the job again."""
+        with self._write() as connection:
+            row = connection.execute(
+                sa.select(jobs.c.state, jobs.c.handoff_state, jobs.c.peer_id).where(jobs.c.job_id == job_id)
+            ).first()
+            if row is not None:
+                _event(connection, job_id, now_ms, kind, JobState(row[0]), row[1], row[2], detail)
+
+    def latest_event_seq(self) -> int:
+        with self._read() as connection:
+            return int(connection.execute(sa.select(sa.func.max(job_events.c.seq))).scalar() or 0)
+
+    def received_jobs(self, requester: str) -> list[JobRecord]:
+        query = sa.select(jobs).where(jobs.c.direction == Direction.RECEIVED.value, jobs.c.peer_id == requester)
+        with self._read() as connection:
+            return [JobRecord.from_row(row) for row in connection.execute(query.order_by(jobs.c.job_id)).mappings()]
+
+    def received_changes(self, requester: str, *, after_seq: int, limit: int = 10_000) -> list[str]:
+        """Ids of jobs received from ``requester`` with history events after ``after_seq``, oldest change first."""
+        query = (
+            sa.select(job_events.c.job_id, sa.func.max(job_events.c.seq).label("last"))
+            .where(job_events.c.seq > after_seq, job_events.c.peer_id == requester)
+            .group_by(job_events.c.job_id)
+            .order_by(sa.text("last"))
+            .limit(limit)
+        )
+        with self._read() as connection:
+            return [row[0] for row in connection.execute(query)]
 
     # Peers -------------------------------------------------------------------------------------
 

@@ -1,0 +1,69 @@
+"""``IrisReceivedJobOperator``: runs a job another cluster handed to this one, and waits for it.
+
+The job was admitted by the peer API; this task starts it on the local backend chosen then
+(idempotently, by its incarnation), waits in the triggerer, and ends as the job ends. Killing
+the task cancels the job, which the parent then sees through sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.sdk import BaseOperator
+
+from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.operators.federated import describe_record
+from iris_airflow_provider.runtime import default_conn_id, get_federation
+from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, FederationJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class IrisReceivedJobOperator(BaseOperator):
+    template_fields: Sequence[str] = ("job_id", "nonce")
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        nonce: str,
+        conn_id: str | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.nonce = nonce
+        self.conn_id = conn_id or default_conn_id()
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Context) -> Any:
+        job = get_federation(self.conn_id).start_received(self.job_id, self.nonce)
+        self.log.info("Job %s, handed off by %s: %s", job.job_id, job.peer_id, describe_record(job))
+        if job.terminal:
+            return self._finish()
+        self.defer(
+            trigger=FederationJobTrigger(self.job_id, conn_id=self.conn_id, poll_interval=self.poll_interval),
+            method_name="execute_complete",
+        )
+        return None
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        return self._finish()
+
+    def _finish(self) -> dict[str, Any]:
+        job = get_federation(self.conn_id).store.get_job(self.job_id)
+        if job is None or job.nonce != self.nonce:
+            raise AirflowFailException(f"Job {self.job_id} (incarnation {self.nonce}) is no longer here")
+        result = {"job_id": job.job_id, "requester": job.peer_id, "state": job.state.value, "exit_code": job.exit_code}
+        if job.state is JobState.SUCCEEDED:
+            return result
+        if job.state is JobState.FAILED:
+            raise AirflowException(describe_record(job))
+        raise AirflowFailException(describe_record(job))
+
+    def on_kill(self) -> None:
+        get_federation(self.conn_id).cancel(self.job_id)

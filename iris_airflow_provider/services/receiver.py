@@ -1,0 +1,217 @@
+"""The peer side of federation: what this cluster does with jobs other clusters hand it.
+
+A handoff is authorized as a peer-to-peer delivery, not as a user submission: the caller's signed
+identity must be the requester it names, and the submitting user it asserts must be admitted by
+this cluster's ``allowed_submitters``. No client-freshness style gate is applied (the parent
+already gated its user). The job is admitted under the parent's job id, idempotently by
+(requester, nonce), runs on a local backend and never re-federates. The parent then pulls what
+changed (``sync``), may cancel (``terminate``) and read logs, but only for jobs it handed off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from iris_airflow_provider.backends.base import Backend
+from iris_airflow_provider.cluster.config import ClusterConfig
+from iris_airflow_provider.federation.constraints import satisfies_all
+from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.federation.model import JobSpec, parse_job
+from iris_airflow_provider.federation.states import Direction
+from iris_airflow_provider.federation.wire import BackendSummary
+from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
+from iris_airflow_provider.peers.identity import submitter_admitted
+from iris_airflow_provider.peers.wire import (
+    BackendsResponse,
+    HandoffRequest,
+    HandoffResponse,
+    JobStatus,
+    LogsResponse,
+    SyncResponse,
+)
+from iris_airflow_provider.services.federation import LOCAL_ADMIN, now_ms
+from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.store import FederationStore
+
+log = logging.getLogger(__name__)
+
+# Events are numbered when written but may become visible out of order (concurrent commits):
+# every sync re-reads this many events before the cursor. Deltas are whole job states, so a
+# repeated one is harmless.
+SYNC_OVERLAP = 500
+
+
+def job_status(job: JobRecord) -> JobStatus:
+    return JobStatus(
+        job_id=job.job_id,
+        nonce=job.nonce,
+        state=job.state,
+        backend_id=job.backend_id,
+        error=job.error,
+        exit_code=job.exit_code,
+        started_at_ms=job.started_at_ms,
+        finished_at_ms=job.finished_at_ms,
+    )
+
+
+class Receiver:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        store: FederationStore,
+        backends: Mapping[str, Backend],
+        *,
+        start_run: Callable[[JobRecord], None],
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.backends = dict(backends)
+        self.start_run = start_run
+        self.clock = clock
+
+    # Heartbeat ---------------------------------------------------------------------------------
+
+    def describe(self) -> BackendsResponse:
+        return BackendsResponse(
+            cluster=self.config.name,
+            backends=[BackendSummary.of(backend.describe()) for backend in self.backends.values()],
+        )
+
+    # Handoff -----------------------------------------------------------------------------------
+
+    def handoff(self, caller: str, request: HandoffRequest) -> HandoffResponse:
+        spec = self._authorize(caller, request)
+        backend_id = self._backend_for(spec, request.backend_id)
+        existing = self.store.get_job(spec.job_id)
+        if existing is None:
+            admission = self.store.admit(
+                spec,
+                direction=Direction.RECEIVED,
+                now_ms=self.clock(),
+                submitting_user=request.submitting_user,
+                owner_principal=request.owner_principal,
+                peer_id=caller,
+                backend_id=backend_id,
+                nonce=request.nonce,
+            )
+            if not admission.created:  # a concurrent delivery won the insert: judge against it
+                return self.handoff(caller, request)
+            job, replay = admission.job, False
+        elif existing.direction is not Direction.RECEIVED or existing.peer_id != caller:
+            raise PeerError(
+                PeerErrorCode.ALREADY_EXISTS, f"Job {spec.job_id} already exists and was not handed off by {caller!r}"
+            )
+        elif existing.nonce == request.nonce:
+            # A replay (the parent did not hear our first answer): same job. Re-report it, so a
+            # parent whose cursor already passed its events still converges.
+            self.store.record_event(existing.job_id, "replayed", self.clock())
+            job, replay = existing, True
+        elif not existing.terminal:
+            raise PeerError(
+                PeerErrorCode.ALREADY_EXISTS,
+                f"Job {spec.job_id} is still running here as an earlier incarnation; cancel it first",
+            )
+        else:
+            reincarnated = self.store.reincarnate(
+                spec,
+                direction=Direction.RECEIVED,
+                now_ms=self.clock(),
+                submitting_user=request.submitting_user,
+                owner_principal=request.owner_principal,
+                peer_id=caller,
+                backend_id=backend_id,
+                nonce=request.nonce,
+            )
+            if reincarnated is None:  # it came back to life under us: try again from the top
+                return self.handoff(caller, request)
+            job, replay = reincarnated, False
+        try:
+            self.start_run(job)  # idempotent by (job id, nonce): a replay finds the run already there
+        except Exception as error:  # the parent retries; the job waits here until a run exists
+            log.warning("Could not start the runner for %s yet: %s", job.job_id, error)
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"cannot start job {job.job_id} yet: {error}") from error
+        log.info("Accepted job %s from %s (%s)", job.job_id, caller, "replay" if replay else "new")
+        return HandoffResponse(job=job_status(job), replay=replay)
+
+    def _authorize(self, caller: str, request: HandoffRequest) -> JobSpec:
+        if request.requester != caller:
+            raise PeerError(
+                PeerErrorCode.PERMISSION_DENIED,
+                f"Federation requester {request.requester!r} does not match the authenticated peer {caller!r}",
+            )
+        user = request.submitting_user
+        if user in ("", LOCAL_ADMIN):
+            raise PeerError(
+                PeerErrorCode.PERMISSION_DENIED,
+                "A federated job needs an accountable submitter; anonymous and local_admin (in-cluster) "
+                "identities cannot submit one",
+            )
+        if not submitter_admitted(self.config.federation.allowed_submitters, user):
+            raise PeerError(
+                PeerErrorCode.PERMISSION_DENIED, f"Submitter {user!r} is not admitted for federation to this cluster"
+            )
+        try:
+            spec = parse_job({**request.spec, "job_id": request.job_id}, path="spec")
+        except SpecError as error:
+            raise PeerError(PeerErrorCode.INVALID_ARGUMENT, str(error)) from None
+        if not spec.is_root:
+            raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
+        return spec
+
+    def _backend_for(self, spec: JobSpec, wanted: str) -> str:
+        """The local backend the job runs on: the one placement chose, else the first that fits."""
+        routing = spec.routing
+        fitting = [b.backend_id for b in self.backends.values() if satisfies_all(b.describe().advertised, routing)]
+        if wanted in fitting:
+            return wanted
+        if fitting:
+            return fitting[0]
+        raise PeerError(
+            PeerErrorCode.INVALID_ARGUMENT,
+            f"no backend of cluster {self.config.name} can host job {spec.job_id} "
+            f"(constraints: {', '.join(str(c) for c in routing) or 'none'})",
+        )
+
+    # What the parent may ask about jobs it handed off ------------------------------------------
+
+    def _handed_by(self, caller: str, job_id: str) -> JobRecord:
+        job = self.store.get_job(job_id)
+        if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
+            raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} not found")
+        return job
+
+    def sync(self, caller: str, cursor: str) -> SyncResponse:
+        latest = self.store.latest_event_seq()
+        position = int(cursor) if cursor.isdigit() else None
+        if position is None or position > latest:  # a new parent, or this store was reset: everything
+            jobs = self.store.received_jobs(caller)
+            return SyncResponse(deltas=[job_status(j) for j in jobs], next_cursor=str(latest), cursor_stale=True)
+        changed = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP))
+        records = self.store.get_jobs(changed)
+        deltas = []
+        for job_id in changed:
+            job = records.get(job_id)
+            if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
+                deltas.append(JobStatus(job_id=job_id, nonce="", state="killed", tombstone=True))
+            else:
+                deltas.append(job_status(job))
+        return SyncResponse(deltas=deltas, next_cursor=str(latest))
+
+    def terminate(self, caller: str, job_id: str) -> JobStatus:
+        job = self._handed_by(caller, job_id)
+        if job.terminal:
+            # Already over: re-report it anyway, so a parent whose mirror is stuck converges.
+            self.store.record_event(job_id, "rereported", self.clock())
+        else:
+            self.store.request_cancel(job_id, self.clock())
+        return job_status(self.store.get_job(job_id) or job)
+
+    def logs(self, caller: str, job_id: str, cursor: str, max_lines: int) -> LogsResponse:
+        job = self._handed_by(caller, job_id)
+        backend = self.backends.get(job.backend_id)
+        if backend is None:
+            return LogsResponse(lines=[], next_cursor=cursor)
+        chunk = backend.logs(job_id, cursor, max(1, min(max_lines, 5000)))
+        return LogsResponse(lines=list(chunk.lines), next_cursor=chunk.next_cursor, truncated=chunk.truncated)
