@@ -70,7 +70,5 @@ def get_receiver(conn_id: str | None = None) -> Receiver:
     with _lock:
         receiver = _receivers.get(key)
         if receiver is None:
-            receiver = _receivers[key] = Receiver(
-                federation.config, federation.store, federation.backends, start_run=start_runner_run
-            )
+            receiver = _receivers[key] = Receiver(federation, start_run=start_runner_run)
         return receiver

@@ -40,7 +40,7 @@ from iris_airflow_provider.backends.base import (
 from iris_airflow_provider.federation.availability import Availability, PeerBackend
 from iris_airflow_provider.federation.bands import Band, parse_band
 from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.federation.model import JobSpec, file_bytes
 from iris_airflow_provider.federation.states import JobState
 
 # Environment a job starts from: enough to find programs, nothing that could carry a credential.
@@ -174,7 +174,12 @@ class ProcessBackend:
                     existing.directory.with_name(existing.directory.name + "." + existing.job["nonce"])
                 )
             directory = self._directory(submission.job_id)
-            (directory / "workdir").mkdir(parents=True)
+            workdir = directory / "workdir"
+            workdir.mkdir(parents=True)
+            for path, content in submission.spec.files.items():  # the files that travelled with the job
+                target = workdir / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(file_bytes(content))
             job = {
                 "job_id": submission.job_id,
                 "nonce": submission.nonce,
@@ -303,9 +308,7 @@ class ProcessBackend:
         )
 
     def _directory(self, job_id: str) -> Path:
-        readable = job_id.strip("/").replace("/", "__")[:80]
-        digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
-        return self.jobs_dir / f"{readable}-{digest}"
+        return self.jobs_dir / job_directory_name(job_id)
 
     def _load(self, job_id: str) -> _Job | None:
         directory = self._directory(job_id)
@@ -510,6 +513,13 @@ class ProcessBackend:
             finished_at_ms=status.get("finished_at_ms"),
             replicas=replicas,
         )
+
+
+def job_directory_name(job_id: str) -> str:
+    """The job's directory under ``<state_dir>/jobs``: readable, and unique by a digest of the id."""
+    readable = job_id.strip("/").replace("/", "__")[:80]
+    digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
+    return f"{readable}-{digest}"
 
 
 def _replica_state(job_state: JobState, code: int | None) -> JobState:

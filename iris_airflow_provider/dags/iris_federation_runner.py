@@ -1,11 +1,13 @@
 """Jobs other clusters handed to this one: one run per accepted handoff.
 
-Each run starts its job on this cluster's backend (it never re-federates) and waits for it in
-the triggerer, relaying its output into the task log. Runs are created by the peer API when a
-handoff is accepted; their conf names the job and its incarnation.
+The peer API starts each accepted job on this cluster's backend at once (it never re-federates)
+and creates its run here, whose task watches the job in the triggerer, relays its output into
+the task log and ends as the job ends. The run's conf names the job and its incarnation.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from airflow.sdk import DAG
 
@@ -28,5 +30,7 @@ with DAG(
         job_id="{{ dag_run.conf['job_id'] }}",
         nonce="{{ dag_run.conf['nonce'] }}",
         poll_interval=2,
-        retries=0,  # the job itself is the unit of retry: a parent resubmits it as a new incarnation
+        # Retrying the task only resumes watching the same incarnation: it never starts the job twice.
+        retries=3,
+        retry_delay=timedelta(seconds=10),
     )

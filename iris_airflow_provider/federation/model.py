@@ -8,8 +8,11 @@ replicas, cpu, memory), constraints, a priority band, an optional pin to a peer
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
+from pathlib import PurePosixPath
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -47,6 +50,9 @@ from iris_airflow_provider.federation.constraints import (
 from iris_airflow_provider.federation.errors import SpecError
 
 _SEGMENT = r"[^/\s]+"
+BASE64_PREFIX = "base64:"
+MAX_FILES = 256
+MAX_FILES_BYTES = 10 * 2**20  # what a handoff carries inline; anything bigger belongs in an object store
 JOB_ID_PATTERN = re.compile(rf"/{_SEGMENT}(/{_SEGMENT})+")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUANTITY = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]i?|[kmgtp]i?|)?[bB]?")
@@ -246,6 +252,10 @@ class JobSpec(StrictModel):
     command: tuple[str, ...] = ()
     image: str = ""
     env: dict[str, str] = Field(default_factory=dict)
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description='workdir files travelling with the job: relative path -> text, or "base64:<data>" for bytes',
+    )
     resources: Resources = Resources()
     constraints: tuple[ConstraintSpec, ...] = ()
     regions: tuple[str, ...] | None = Field(
@@ -282,6 +292,26 @@ class JobSpec(StrictModel):
                 "env_name",
                 "invalid variable name(s) {bad}; names are letters, digits and _",
                 {"bad": ", ".join(bad)},
+            )
+        return value
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, value: dict[str, str]) -> dict[str, str]:
+        total = 0
+        for path, content in value.items():
+            parts = PurePosixPath(path).parts
+            if not path or path.startswith("/") or ".." in parts or "\\" in path:
+                raise PydanticCustomError(
+                    "file_path", "{path}: must be a relative path inside the job's workdir", {"path": repr(path)}
+                )
+            total += len(file_bytes(content))
+        if len(value) > MAX_FILES or total > MAX_FILES_BYTES:
+            raise PydanticCustomError(
+                "files_size",
+                "at most {count} files and {size} bytes in all travel inline with a job; "
+                "put larger inputs in an object store the peer can read",
+                {"count": MAX_FILES, "size": MAX_FILES_BYTES},
             )
         return value
 
@@ -383,6 +413,16 @@ class JobSpec(StrictModel):
         if not region or self.regions is not None or any(c.key == "region" for c in self.constraints):
             return self
         return self.model_copy(update={"regions": (region.strip().lower(),)})
+
+
+def file_bytes(content: str) -> bytes:
+    """A workdir file's bytes: text as UTF-8, or decoded from ``base64:<data>``."""
+    if content.startswith(BASE64_PREFIX):
+        try:
+            return base64.b64decode(content[len(BASE64_PREFIX) :], validate=True)
+        except binascii.Error:
+            raise PydanticCustomError("file_base64", "content after base64: is not valid base64") from None
+    return content.encode()
 
 
 def _parent_of(job_id: str) -> str | None:

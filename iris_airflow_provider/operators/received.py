@@ -1,8 +1,8 @@
 """``IrisReceivedJobOperator``: runs a job another cluster handed to this one, and waits for it.
 
-The job was admitted by the peer API; this task starts it on the local backend chosen then
-(idempotently, by its incarnation), waits in the triggerer, and ends as the job ends. Killing
-the task cancels the job, which the parent then sees through sync.
+The peer API admitted and started the job; this task makes sure it is started (idempotently, by
+its incarnation), waits for it in the triggerer, and ends as the job ends. Killing the task
+cancels the job, which the parent then sees through sync.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
 from iris_airflow_provider.federation.states import JobState
@@ -61,8 +61,7 @@ class IrisReceivedJobOperator(BaseOperator):
         result = {"job_id": job.job_id, "requester": job.peer_id, "state": job.state.value, "exit_code": job.exit_code}
         if job.state is JobState.SUCCEEDED:
             return result
-        if job.state is JobState.FAILED:
-            raise AirflowException(describe_record(job))
+        # The job's outcome is final: task retries are for this task's own troubles, not the job's.
         raise AirflowFailException(describe_record(job))
 
     def on_kill(self) -> None:

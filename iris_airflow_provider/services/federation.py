@@ -20,6 +20,7 @@ from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
     Backend,
     JobReport,
+    LogChunk,
     Submission,
     SubmissionRefusedError,
 )
@@ -43,6 +44,7 @@ DELIVERY_BACKOFF_MAX_MS = 300_000
 # "gone" from its backend once its submitter has had this long to hand it over.
 LOCAL_START_GRACE_MS = 60_000
 RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
+LOG_LINES_PER_TICK = 500  # per job: a chatty job cannot hold up a tick
 
 T = TypeVar("T")
 
@@ -256,7 +258,8 @@ class Federation:
         report.expired = self.store.expire_queued(self.clock())
         self._place(report)
         self._deliver(report)
-        self._sync(report)
+        in_flight = self._sync(report)
+        self._relay_logs(in_flight)
         self._redrive_cancels(report)
         report.duration_ms = self.clock() - report.started_at_ms
         log.info("Federation tick: %s", report.summary())
@@ -353,7 +356,8 @@ class Federation:
         )
         report.retrying.append(job.job_id)
 
-    def _sync(self, report: TickReport) -> None:
+    def _sync(self, report: TickReport) -> list[JobRecord]:
+        """Take in what peers and local backends report; returns the jobs that were in flight."""
         in_flight = self.store.in_flight()
         sent: dict[str, list[JobRecord]] = defaultdict(list)
         local: list[JobRecord] = []
@@ -391,6 +395,35 @@ class Federation:
                     report.reported.append(job.job_id)
             elif self._apply_report(job, job_report):
                 report.reported.append(job.job_id)
+        return in_flight
+
+    def _relay_logs(self, jobs: list[JobRecord]) -> None:
+        """Copy new output of jobs in flight (and just finished) into the store, for their waiting tasks."""
+        by_peer: dict[str, list[JobRecord]] = defaultdict(list)
+        for job in jobs:
+            if job.direction in RUN_HERE and job.backend_id in self.backends:
+                self._relay(job, lambda j: self.backends[j.backend_id].logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK))
+            elif job.handoff_state is HandoffState.HANDED_OFF and job.peer_id in self.peers:
+                by_peer[job.peer_id].append(job)
+
+        def relay_peer(peer: Peer) -> None:
+            for job in by_peer[peer.peer_id]:
+                self._relay(job, lambda j: peer.logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK))
+
+        for peer_id, result in _each_peer(
+            {p: self.peers[p] for p in by_peer}, relay_peer, self.settings.heartbeat_timeout_seconds
+        ).items():
+            if isinstance(result, BaseException):
+                log.info("Could not relay output from peer %s this tick: %s", peer_id, result)
+
+    def _relay(self, job: JobRecord, read: Callable[[JobRecord], LogChunk]) -> None:
+        try:
+            chunk = read(job)
+        except (PeerError, OSError) as error:
+            log.info("Could not relay output of %s this tick: %s", job.job_id, error)
+            return
+        if chunk.lines or chunk.next_cursor != job.log_cursor:
+            self.store.append_logs(job.job_id, job.nonce, chunk.lines, chunk.next_cursor, self.clock())
 
     def _apply_sync(self, job: JobRecord, job_report: JobReport | None, gone: bool) -> bool:
         if job_report is not None:

@@ -30,7 +30,7 @@ from iris_airflow_provider.peers.wire import (
     LogsResponse,
     SyncResponse,
 )
-from iris_airflow_provider.services.federation import LOCAL_ADMIN, now_ms
+from iris_airflow_provider.services.federation import LOCAL_ADMIN, Federation, now_ms
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.store import FederationStore
 
@@ -58,16 +58,15 @@ def job_status(job: JobRecord) -> JobStatus:
 class Receiver:
     def __init__(
         self,
-        config: ClusterConfig,
-        store: FederationStore,
-        backends: Mapping[str, Backend],
+        federation: Federation,
         *,
         start_run: Callable[[JobRecord], None],
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        self.config = config
-        self.store = store
-        self.backends = dict(backends)
+        self.federation = federation
+        self.config: ClusterConfig = federation.config
+        self.store: FederationStore = federation.store
+        self.backends: Mapping[str, Backend] = federation.backends
         self.start_run = start_run
         self.clock = clock
 
@@ -127,11 +126,14 @@ class Receiver:
             if reincarnated is None:  # it came back to life under us: try again from the top
                 return self.handoff(caller, request)
             job, replay = reincarnated, False
+        # Start it now, on the backend chosen above (idempotent by nonce): running it does not wait
+        # for this cluster's scheduler, and survives the runner's task failing for its own reasons.
+        job = self.federation.start_received(job.job_id, job.nonce)
         try:
             self.start_run(job)  # idempotent by (job id, nonce): a replay finds the run already there
-        except Exception as error:  # the parent retries; the job waits here until a run exists
-            log.warning("Could not start the runner for %s yet: %s", job.job_id, error)
-            raise PeerError(PeerErrorCode.UNAVAILABLE, f"cannot start job {job.job_id} yet: {error}") from error
+        except Exception as error:  # the parent retries (a replay), which creates the run then
+            log.warning("Could not create the runner run of %s yet: %s", job.job_id, error)
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"cannot record job {job.job_id} yet: {error}") from error
         log.info("Accepted job %s from %s (%s)", job.job_id, caller, "replay" if replay else "new")
         return HandoffResponse(job=job_status(job), replay=replay)
 

@@ -48,6 +48,7 @@ class JobRecord:
     next_delivery_at_ms: int | None = None
     last_delivery_error: str = ""
     cancel_delivered_version: int = 0
+    log_cursor: str = ""
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -81,6 +82,7 @@ class JobRecord:
             next_delivery_at_ms=row["next_delivery_at_ms"],
             last_delivery_error=row["last_delivery_error"],
             cancel_delivered_version=row["cancel_delivered_version"],
+            log_cursor=row["log_cursor"],
         )
 
     @property

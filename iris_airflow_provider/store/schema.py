@@ -67,6 +67,8 @@ jobs = sa.Table(
     sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
     # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
     sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
+    # Where relaying the job's output from whoever runs it has got to (their opaque cursor).
+    sa.Column("log_cursor", sa.Text, nullable=False, server_default=""),
     # The Airflow task instance that submitted the job (for links back), when there is one.
     sa.Column("origin_dag_id", sa.Text, nullable=True),
     sa.Column("origin_run_id", sa.Text, nullable=True),
@@ -98,6 +100,17 @@ job_events = sa.Table(
     sa.Column("peer_id", sa.Text, nullable=False, server_default=""),
     sa.Column("detail", sa.Text, nullable=False, server_default=""),
     sa.Index("ix_iris_job_events_job_id_seq", "job_id", "seq"),
+)
+
+job_logs = sa.Table(
+    "iris_job_logs",
+    metadata,
+    sa.Column("seq", sa.Integer().with_variant(sa.BigInteger(), "postgresql"), primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.Text, nullable=False),
+    sa.Column("nonce", sa.Text, nullable=False),
+    sa.Column("at_ms", sa.BigInteger, nullable=False),
+    sa.Column("line", sa.Text, nullable=False),
+    sa.Index("ix_iris_job_logs_job_id_seq", "job_id", "seq"),
 )
 
 peers = sa.Table(

@@ -44,6 +44,7 @@ from iris_airflow_provider.store.records import (
 from iris_airflow_provider.store.schema import (
     VERSION_TABLE,
     job_events,
+    job_logs,
     jobs,
     leases,
     ledger,
@@ -572,6 +573,36 @@ class FederationStore:
                 .values(peer_id=peer_id, **values)
                 .on_conflict_do_update(index_elements=["peer_id"], set_=values)
             )
+
+    # Relayed output ----------------------------------------------------------------------------
+
+    def append_logs(self, job_id: str, nonce: str, lines: Sequence[str], cursor: str, now_ms: int) -> bool:
+        """Keep new output lines of this incarnation and where reading got to, together."""
+        with self._write() as connection:
+            advanced = connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+                .values(log_cursor=cursor)
+                .returning(jobs.c.job_id)
+            ).first()
+            if advanced is None:
+                return False
+            if lines:
+                connection.execute(
+                    job_logs.insert(),
+                    [{"job_id": job_id, "nonce": nonce, "at_ms": now_ms, "line": line} for line in lines],
+                )
+        return True
+
+    def log_lines(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, str]]:
+        query = (
+            sa.select(job_logs.c.seq, job_logs.c.line)
+            .where(job_logs.c.job_id == job_id, job_logs.c.seq > after_seq)
+            .order_by(job_logs.c.seq)
+            .limit(limit)
+        )
+        with self._read() as connection:
+            return [(row[0], row[1]) for row in connection.execute(query)]
 
     # The peer side: what requesters may learn about the jobs they handed us ----------------
 

@@ -589,3 +589,25 @@ def test_a_job_without_devices_on_a_gpu_backend_sees_no_gpu(state_dir: Path, mon
 def _status_file(state_dir: Path, job_id: str) -> Path:
     backend = ProcessBackend.from_state_dir(state_dir)
     return backend._directory(job_id) / "status.json"
+
+
+def test_files_that_travel_with_the_job_are_in_its_workdir(tmp_path):
+    from iris_airflow_provider.backends.base import Submission
+    from iris_airflow_provider.backends.process import ProcessBackend
+    from iris_airflow_provider.federation.model import parse_job
+
+    backend = ProcessBackend("cpu", tmp_path / "state")
+    spec = parse_job(
+        {
+            "job_id": "/u/files",
+            "command": "cat run/config.txt; wc -c < blob.bin",
+            "files": {"run/config.txt": "lr=0.1\n", "blob.bin": "base64:AAECAw=="},
+        }
+    )
+    backend.submit(Submission("/u/files", "n1", spec, "", 0))
+    deadline = time.monotonic() + 20
+    while (report := backend.status("/u/files")).state.value not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert report.state.value == "succeeded"
+    assert [line.split("] ", 1)[1] for line in backend.logs("/u/files").lines] == ["lr=0.1", "4"]

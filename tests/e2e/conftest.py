@@ -35,7 +35,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDeployment]:
     home = tmp_path_factory.mktemp("airflow-parent")
     (home / "cluster.yaml").write_text(CLUSTER)
@@ -54,15 +54,20 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDepl
             yield deployment
         finally:
             deployment.stop()
-            artifacts = Path(__file__).resolve().parents[2] / ".artifacts" / "e2e-logs"
-            artifacts.mkdir(parents=True, exist_ok=True)
-            for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
-                log = deployment.log_path(component)
-                if log.exists():
-                    (artifacts / log.name).write_bytes(log.read_bytes())
+            save_logs(deployment, "parent")
 
 
-@pytest.fixture(scope="session")
+def save_logs(deployment: AirflowDeployment, name: str) -> None:
+    """Keep the components' logs as test artifacts (.artifacts/e2e-logs/<name>/)."""
+    artifacts = Path(__file__).resolve().parents[2] / ".artifacts" / "e2e-logs" / name
+    artifacts.mkdir(parents=True, exist_ok=True)
+    for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        log = deployment.log_path(component)
+        if log.exists():
+            (artifacts / log.name).write_bytes(log.read_bytes())
+
+
+@pytest.fixture(scope="module")
 def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
     store = FederationStore.from_url(deployment.store_url)
     yield store

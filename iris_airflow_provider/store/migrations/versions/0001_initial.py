@@ -1,5 +1,5 @@
 """Federation store: jobs (local, sent, received), their event history, peers and their backends'
-heartbeats, the reservation ledger and leases.
+heartbeats, relayed job output, the reservation ledger, sync cursors and leases.
 
 Revision ID: 0001
 Revises:
@@ -48,6 +48,7 @@ def upgrade() -> None:
         sa.Column("next_delivery_at_ms", sa.BigInteger, nullable=True),
         sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
         sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("log_cursor", sa.Text, nullable=False, server_default=""),
         sa.Column("origin_dag_id", sa.Text, nullable=True),
         sa.Column("origin_run_id", sa.Text, nullable=True),
         sa.Column("origin_task_id", sa.Text, nullable=True),
@@ -84,6 +85,16 @@ def upgrade() -> None:
     )
     op.create_index("ix_iris_job_events_job_id_seq", "iris_job_events", ["job_id", "seq"])
 
+    op.create_table(
+        "iris_job_logs",
+        sa.Column("seq", SEQ, nullable=False, autoincrement=True),
+        sa.Column("job_id", sa.Text, nullable=False),
+        sa.Column("nonce", sa.Text, nullable=False),
+        sa.Column("at_ms", sa.BigInteger, nullable=False),
+        sa.Column("line", sa.Text, nullable=False),
+        sa.PrimaryKeyConstraint("seq", name="pk_iris_job_logs"),
+    )
+    op.create_index("ix_iris_job_logs_job_id_seq", "iris_job_logs", ["job_id", "seq"])
     op.create_table(
         "iris_peers",
         sa.Column("peer_id", sa.Text, nullable=False),
@@ -140,6 +151,7 @@ def downgrade() -> None:
         "iris_reservation_ledger",
         "iris_peer_backends",
         "iris_peers",
+        "iris_job_logs",
         "iris_job_events",
         "iris_jobs",
     ):

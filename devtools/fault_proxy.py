@@ -1,0 +1,88 @@
+"""A small HTTP reverse proxy on loopback that can lose one answer on purpose.
+
+Put between two deployments, it forwards every request unchanged. Armed with ``lose_next(path,
+action)``, it forwards the next request for ``path`` to the upstream (so the upstream really
+acts on it), runs ``action`` (e.g. stop the upstream's api-server), and then drops the client's
+connection without an answer: the caller cannot tell whether its request was applied, which is
+exactly the case an idempotent delivery must survive.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
+
+
+class FaultProxy:
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self._armed: tuple[str, Callable[[], None]] | None = None
+        self._lock = threading.Lock()
+        self.lost: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+                action = proxy._take(self.path)
+                try:
+                    response = httpx.request(
+                        self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=60
+                    )
+                except httpx.HTTPError:
+                    self.close_connection = True
+                    self.send_error(502, "upstream unavailable")
+                    return
+                if action is not None:
+                    proxy.lost.append(self.path)
+                    action()
+                    self.close_connection = True  # drop the connection: the answer is lost
+                    return
+                self.send_response(response.status_code)
+                for key, value in response.headers.items():
+                    if key.lower() not in HOP_BY_HOP and key.lower() != "content-encoding":
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(response.content)))
+                self.end_headers()
+                self.wfile.write(response.content)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="fault-proxy")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def lose_next(self, path_prefix: str, action: Callable[[], None]) -> None:
+        with self._lock:
+            self._armed = (path_prefix, action)
+
+    def _take(self, path: str) -> Callable[[], None] | None:
+        with self._lock:
+            if self._armed is not None and path.startswith(self._armed[0]):
+                action = self._armed[1]
+                self._armed = None
+                return action
+            return None
