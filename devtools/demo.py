@@ -6,6 +6,10 @@ parent cluster ``marin`` (a CPU process backend) with two GPU peers driven direc
 ``federated_job`` once per example job as different users, and prints where each job landed and
 why the waiting ones wait, until they are done. Then it keeps Airflow up for you to explore the
 UI, and stops everything cleanly on Ctrl-C (``--exit-when-done`` stops at once instead).
+
+With ``--with-airflow-peer`` it also starts a second Airflow deployment, ``cw-east`` (8 h200
+slots), as a real peer: marin reaches it over its peer HTTP API with signed identity, and one more
+example job needs h200s, so it is handed off there.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from devtools.airflow_deployment import REPO, AirflowDeployment, DeploymentError
 
@@ -78,42 +84,74 @@ def free_port(preferred: int) -> int:
     raise RuntimeError("no free port")
 
 
+PEER_JOB = (
+    "alice",
+    "8 x H200 job: only cw-east, a second Airflow deployment, has H200s; it goes over HTTP",
+    {
+        "command": "echo running on the peer deployment; sleep 4",
+        "resources": {"device": {"type": "gpu", "variant": "h200", "count": 8}},
+    },
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--home", type=Path, default=REPO / ".demo", help="where the demo keeps everything")
     parser.add_argument("--port", type=int, default=8080, help="api-server port (another free one if taken)")
     parser.add_argument("--exit-when-done", action="store_true", help="stop as soon as every job has finished")
+    parser.add_argument(
+        "--with-airflow-peer",
+        action="store_true",
+        help="also start a second Airflow deployment, cw-east (8 h200), as a real peer reached over HTTP",
+    )
     args = parser.parse_args(argv)
 
     shutil.rmtree(args.home, ignore_errors=True)
     args.home.mkdir(parents=True)
     cluster = args.home / "cluster.yaml"
-    shutil.copy(REPO / "examples" / "cluster-demo.yaml", cluster)
+    config = yaml.safe_load((REPO / "examples" / "cluster-demo.yaml").read_text())
+    config["state_dir"] = str(args.home / "marin" / "iris")  # where the process backends keep their jobs
+    deployments = []
+    peer_deployment = None
+    if args.with_airflow_peer:
+        peer_deployment, peer_entry = airflow_peer(args.home, config)
+        config["peers"].append(peer_entry)
+        deployments.append(peer_deployment)
+    cluster.write_text(yaml.safe_dump(config, sort_keys=False))
     deployment = AirflowDeployment(
-        home=args.home,
+        home=args.home / "marin",
         port=free_port(args.port),
-        metadata_url=f"sqlite:///{args.home / 'airflow.db'}",
-        store_url=f"sqlite:///{args.home / 'iris_federation.db'}",
+        metadata_url=f"sqlite:///{args.home / 'marin' / 'airflow.db'}",
+        store_url=f"sqlite:///{args.home / 'marin' / 'iris_federation.db'}",
         cluster_config=cluster,
         passwords={"admin": "admin"},
     )
+    deployments.append(deployment)
+    jobs = EXAMPLE_JOBS + ([PEER_JOB] if peer_deployment else [])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        say(f"Starting Airflow in {args.home} (logs in {args.home / 'logs'}) ...")
         started = time.monotonic()
+        if peer_deployment is not None:
+            say(f"Starting the peer deployment cw-east in {peer_deployment.home} ...")
+            peer_deployment.start()
+            peer_deployment.wait_for_dag("iris_federation_runner")
+            say(f"  cw-east is up: {peer_deployment.base_url} (admin / admin)")
+        say(f"Starting Airflow for marin in {deployment.home} (logs in {deployment.home / 'logs'}) ...")
         deployment.start()
         deployment.wait_for_dag("federated_job")
         deployment.wait_for_dag("iris_federation_tick")
         elapsed = time.monotonic() - started
         say(f"Airflow is up after {elapsed:.0f} s: {deployment.base_url} (user admin, password admin)")
         runs = []
-        for user, title, job in EXAMPLE_JOBS:
+        for user, title, job in jobs:
             run_id = deployment.trigger("federated_job", {"job": job}, user=user)
             runs.append((user, title, run_id))
             say(f"  {user:<6} submitted {title}")
             time.sleep(1)
         watch(deployment, runs)
         say(f"\nAll jobs are done. Airflow UI: {deployment.base_url}/dags/federated_job (admin / admin)")
+        if peer_deployment is not None:
+            say(f"The peer's view of the job it received: {peer_deployment.base_url}/dags/iris_federation_runner")
         say("Each task's log shows the pending reasons it went through; its XCom says where the job ran.")
         if not args.exit_when_done:
             say("Press Ctrl-C to stop.")
@@ -126,10 +164,54 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         say("Stopping Airflow ...")
-        deployment.stop()
+        for running in reversed(deployments):
+            running.stop()
         stop_jobs(cluster)
+        if peer_deployment is not None and peer_deployment.cluster_config is not None:
+            stop_jobs(peer_deployment.cluster_config)
         say("Stopped.")
     return 0
+
+
+def airflow_peer(home: Path, parent_config: dict[str, Any]) -> tuple[AirflowDeployment, dict[str, Any]]:
+    """A second deployment, cw-east, that trusts marin's key and accepts alice's and bob's jobs."""
+    from iris_airflow_provider.peers.identity import generate_keypair
+
+    keys = home / "keys"
+    keys.mkdir()
+    for name in ("marin", "cw-east"):
+        private, public = generate_keypair()
+        (keys / f"{name}.key").write_text(private)
+        (keys / f"{name}.pub").write_text(public)
+    parent_config["federation"] = {"private_key": str(keys / "marin.key")}
+    peer_home = home / "cw-east"
+    peer_home.mkdir()
+    peer_cluster = peer_home / "cluster.yaml"
+    peer_cluster.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cw-east",
+                "state_dir": str(peer_home / "iris"),
+                "placement": {"sync_interval_seconds": 3},
+                "federation": {
+                    "private_key": str(keys / "cw-east.key"),
+                    "trusted_peers": {"marin": {"public_key": str(keys / "marin.pub")}},
+                    "allowed_submitters": ["alice", "bob"],
+                },
+                "backends": [{"id": "default", "kind": "process", "devices": {"h200": 8}}],
+            },
+            sort_keys=False,
+        )
+    )
+    peer = AirflowDeployment(
+        home=peer_home,
+        port=free_port(8081),
+        metadata_url=f"sqlite:///{peer_home / 'airflow.db'}",
+        store_url=f"sqlite:///{peer_home / 'iris_federation.db'}",
+        cluster_config=peer_cluster,
+        passwords={"admin": "admin"},
+    )
+    return peer, {"id": "cw-east", "kind": "airflow", "url": peer.base_url}
 
 
 def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> None:
