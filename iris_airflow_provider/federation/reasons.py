@@ -8,6 +8,7 @@ from __future__ import annotations
 QUEUED_UNPINNED = "Queued for a federation peer to report free capacity"
 CANCELLED_BEFORE_HANDOFF = "Cancelled before handoff"
 CANCELLED_PEER_GONE = "Cancelled (peer reported the job gone)"
+CANCELLED = "Cancelled"
 SCHEDULING_TIMEOUT = "Scheduling timeout exceeded while queued for a federation peer"
 
 

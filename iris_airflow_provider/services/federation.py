@@ -214,6 +214,9 @@ class Federation:
         except (SubmissionRefusedError, AlreadyExistsError) as error:
             self.store.transition(record.job_id, to_state=JobState.FAILED, now_ms=self.clock(), error=str(error))
             return
+        current = self.store.get_job(record.job_id)
+        if current is not None and current.nonce == record.nonce and current.cancel_requested:
+            backend.cancel(record.job_id)  # a cancel landed while we were starting it: honour it
         self._apply_report(record, report)
 
     # Cancel ------------------------------------------------------------------------------------

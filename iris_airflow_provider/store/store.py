@@ -530,7 +530,8 @@ class FederationStore:
                 return False
             peer_id, intent, handoff, direction = row
             if intent:
-                state, error = JobState.KILLED, reasons.CANCELLED_PEER_GONE
+                sent = direction == Direction.SENT.value
+                state, error = JobState.KILLED, reasons.CANCELLED_PEER_GONE if sent else reasons.CANCELLED
             elif direction == Direction.SENT.value:
                 state, error = JobState.FAILED, f"Peer {peer_id} no longer has the job"
             else:

@@ -820,3 +820,22 @@ def test_a_stale_heartbeat_makes_the_peer_unreachable_for_routing(lite: World) -
     before = lite.peers["cw-h100"].count("heartbeat")
     assert federation.submit(job, submitting_user=ALICE).decision.disposition is Disposition.QUEUE
     assert lite.peers["cw-h100"].count("heartbeat") == before + 1
+
+
+def test_a_cancel_that_lands_while_a_local_job_is_being_started_stops_it(lite: World) -> None:
+    federation = lite.federation()
+    job = spec("/alice/raced", lite.held("never-released"))
+    # The submit's own steps, with a cancel in between: admitted, cancelled, then handed to the backend.
+    admission = lite.store.admit(
+        job, direction=Direction.LOCAL, now_ms=lite.clock(), submitting_user=ALICE, backend_id="cpu"
+    )
+    federation.cancel("/alice/raced")
+    federation._start_local(admission.job, job)
+    backend = lite.backends["cpu"]
+    deadline = time.monotonic() + 30
+    while (report := backend.status("/alice/raced")) is None or not report.state.terminal:
+        assert time.monotonic() < deadline, report
+        time.sleep(0.1)
+    assert report.state is JobState.KILLED
+    killed = tick_until(federation, lite.store, "/alice/raced", JobState.KILLED)
+    assert killed.error == "Cancelled"
