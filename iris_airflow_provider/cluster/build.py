@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.backends.process import ProcessBackend
-from iris_airflow_provider.cluster.config import AirflowPeerConfig, BackendConfig, ClusterConfig
+from iris_airflow_provider.cluster.config import (
+    AirflowPeerConfig,
+    BackendConfig,
+    ClusterConfig,
+    KubernetesBackendConfig,
+)
 from iris_airflow_provider.federation.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.airflow_peer import AirflowPeer
@@ -14,6 +19,11 @@ from iris_airflow_provider.peers.identity import TokenMinter, read_pem
 
 def build_backend(config: ClusterConfig, owner: str, backend: BackendConfig) -> Backend:
     """``owner`` scopes the state: this cluster's name for local backends, the peer id for a peer's."""
+    if isinstance(backend, KubernetesBackendConfig):
+        # Imported here: the Kubernetes client is only loaded by clusters that use it.
+        from iris_airflow_provider.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend.from_config(backend)
     return ProcessBackend(
         backend.id,
         config.backend_state_dir(owner, backend),

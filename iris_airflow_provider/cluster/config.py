@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
+from iris_airflow_provider.federation.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
 from iris_airflow_provider.federation.errors import FieldProblem, SpecError
 from iris_airflow_provider.federation.model import StrictModel
 
@@ -65,7 +66,118 @@ class ProcessBackendConfig(StrictModel):
         return {variant.strip().lower(): slots for variant, slots in value.items()}
 
 
-BackendConfig = ProcessBackendConfig
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_K8S_LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+def _k8s_name(value: str) -> str:
+    if value and (len(value) > 253 or not _K8S_NAME.fullmatch(value)):
+        raise ValueError(f"must be a Kubernetes object name (lowercase letters, digits, '-' and '.'), got {value!r}")
+    return value
+
+
+class KubernetesToleration(StrictModel):
+    """A toleration the jobs carry; nodes with NoSchedule/NoExecute taints it does not cover are not counted."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class KubernetesBackendConfig(StrictModel):
+    """A Kubernetes cluster (with Kueue) reached through an Airflow ``kubernetes`` connection."""
+
+    id: str
+    kind: Literal["kubernetes"]
+    conn_id: str = Field(default="kubernetes_default", description="an Airflow connection of type kubernetes")
+    namespace: str = Field(default="", description="where jobs run; default: the connection's, else default")
+    queue_name: str = Field(
+        default="", description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name); empty: no Kueue"
+    )
+    priority_classes: dict[str, str] = Field(
+        default_factory=dict, description="band -> PriorityClass the band's jobs run with (and counted by)"
+    )
+    other_priority_classes: dict[str, str] = Field(
+        default_factory=dict, description="PriorityClass of other workloads -> the band they count as"
+    )
+    variant: str | None = Field(default=None, description="every GPU node is this variant (e.g. h100)")
+    variant_label: str | None = Field(default=None, description="else the node label naming a node's variant")
+    variant_values: dict[str, str] = Field(
+        default_factory=dict, description="variant_label value -> variant; empty: the value, lowercased"
+    )
+    tolerations: list[KubernetesToleration] = Field(default_factory=list)
+    image: str = Field(default="", description="for jobs that name no image")
+    attributes: dict[str, list[str]] = Field(default_factory=dict, description="extra advertised attributes")
+    env: dict[str, str] = Field(default_factory=dict, description="defaults for every job; a job's env wins")
+    files_in: Literal["configmap", "secret"] = Field(default="configmap", description="how workdir files travel")
+    max_files_bytes: int = Field(default=1_000_000, ge=1, le=1_048_576, description="a ConfigMap/Secret holds 1 MiB")
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    request_timeout_seconds: float = Field(default=20, gt=0)
+
+    _check_id = field_validator("id")(_name)
+    _check_names = field_validator("namespace", "queue_name")(_k8s_name)
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _bands(cls, value: dict[str, str]) -> dict[str, str]:
+        return {_band_name(band): _k8s_name(name) for band, name in value.items()}
+
+    @field_validator("other_priority_classes")
+    @classmethod
+    def _other_bands(cls, value: dict[str, str]) -> dict[str, str]:
+        return {_k8s_name(name): _band_name(band) for name, band in value.items()}
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, value: str | None) -> str | None:
+        return value.strip().lower() if value else None
+
+    @field_validator("variant_label")
+    @classmethod
+    def _label_key(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not _K8S_LABEL_KEY.fullmatch(value):
+            raise ValueError(f"must be a Kubernetes label key such as nvidia.com/gpu.product, got {value!r}")
+        if value and info.data.get("variant"):
+            raise ValueError("give variant or variant_label, not both")
+        return value
+
+    @field_validator("variant_values")
+    @classmethod
+    def _values(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if value and not info.data.get("variant_label"):
+            raise ValueError("needs variant_label: the node label whose values these are")
+        return {label: variant.strip().lower() for label, variant in value.items()}
+
+    def band_classes(self) -> dict[Band, str]:
+        return {_parsed_band(band): name for band, name in self.priority_classes.items()}
+
+    def class_bands(self) -> dict[str, Band]:
+        """Every PriorityClass this backend knows, with its band (ours win over ``other_priority_classes``)."""
+        known = {name: _parsed_band(band) for name, band in self.other_priority_classes.items()}
+        known.update({name: band for band, name in self.band_classes().items()})
+        return known
+
+
+def _band_name(raw: str) -> str:
+    try:
+        band = parse_band(raw, unspecified=None)
+    except UnknownBandError as error:
+        raise ValueError(str(error)) from None
+    if band is None:
+        raise ValueError(f"{raw!r} is not a band; accepted: {', '.join(ACCEPTED_BAND_NAMES)}")
+    return band.name.lower()
+
+
+def _parsed_band(name: str) -> Band:
+    band = parse_band(name, unspecified=None)
+    assert band is not None
+    return band
+
+
+BackendConfig = Annotated[ProcessBackendConfig | KubernetesBackendConfig, Field(discriminator="kind")]
 
 
 class AgentlessPeerConfig(StrictModel):
@@ -165,7 +277,7 @@ class ClusterConfig(StrictModel):
             return self.state_dir
         return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "iris"
 
-    def backend_state_dir(self, owner: str, backend: BackendConfig) -> Path:
+    def backend_state_dir(self, owner: str, backend: ProcessBackendConfig) -> Path:
         return backend.state_dir or self.resolved_state_dir() / owner / backend.id
 
 
@@ -183,23 +295,40 @@ def parse_cluster_config(document: Any, *, source: str = "cluster configuration"
         return ClusterConfig.model_validate(document)
     except ValidationError as error:
         problems = SpecError.from_validation_error(error).problems
-        located = [(_document_path(p.path, document), p.message) for p in problems]
+        located = [_kind_problem(_document_path(p.path, document), p.message) for p in problems]
         raise SpecError(
             [FieldProblem(f"{source}: {path}" if path else source, message) for path, message in located]
         ) from None
 
 
+_BAD_TAG = re.compile(r"Input tag '.*' found using 'kind' does not match any of the expected tags: (.*)")
+
+
+def _kind_problem(path: str, message: str) -> tuple[str, str]:
+    """Pydantic reports a bad ``kind`` of a tagged union on the object: name the field, in our words."""
+    if match := _BAD_TAG.fullmatch(message):
+        return (f"{path}.kind" if path else "kind", f"must be one of: {match[1]}".replace("'", ""))
+    if message.startswith("Unable to extract tag using discriminator 'kind'"):
+        return (f"{path}.kind" if path else "kind", "is required")
+    return path, message
+
+
 def _document_path(path: str, document: Any) -> str:
-    """Pydantic names a tagged union's member in the path (``peers[0].agentless.id``): drop it, so
-    the path is the document's (``peers[0].id``)."""
-    match = re.match(r"peers\[(\d+)\]\.([^.\[]+)", path)
-    peers = document.get("peers") if isinstance(document, dict) else None
-    if match is None or not isinstance(peers, list) or int(match[1]) >= len(peers):
-        return path
-    peer = peers[int(match[1])]
-    if isinstance(peer, dict) and peer.get("kind") == match[2]:
-        return f"peers[{match[1]}]" + path[match.end() :]
-    return path
+    """Pydantic names a tagged union's member in the path (``peers[0].agentless.id``,
+    ``backends[1].kubernetes.namespace``): drop it, so the path is the document's."""
+    out = ""
+    node = document
+    for token in re.findall(r"\[\d+\]|[^.\[]+", path):
+        if token.startswith("["):
+            index = int(token[1:-1])
+            node = node[index] if isinstance(node, list) and index < len(node) else None
+            out += token
+            continue
+        if isinstance(node, dict) and token not in node and node.get("kind") == token:
+            continue
+        node = node.get(token) if isinstance(node, dict) else None
+        out = f"{out}.{token}" if out else token
+    return out
 
 
 def load_cluster_config(path: str | Path | None) -> ClusterConfig:

@@ -247,12 +247,12 @@ def test_wrong_kinds_and_shapes_are_named(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         "kinds.yaml",
-        "name: marin\nbackends: [{id: k8s, kind: kubernetes}]\ndefault_region: [us]\n",
+        "name: marin\nbackends: [{id: slurm, kind: slurm}]\ndefault_region: [us]\n",
     )
     with pytest.raises(SpecError) as error:
         load_cluster_config(path)
     found = problems(error)
-    assert found[f"{path}: backends[0].kind"] == "must be one of: process"
+    assert found[f"{path}: backends[0].kind"] == "must be one of: process, kubernetes"
     assert found[f"{path}: default_region"] == "must be a string"
     missing = write(tmp_path, "missing.yaml", "backends: []\n")
     with pytest.raises(SpecError) as error:

@@ -1,0 +1,140 @@
+"""End to end: an Airflow deployment whose peer ``cw-k8s`` is a Kubernetes cluster with Kueue (the
+fake API server), driven directly (agentless) through a ``kubernetes`` connection.
+
+A GPU job triggered through the REST API is placed on the peer from its heartbeat, runs there as a
+batch/v1 Job (the fake kubelet runs its command), and the DAG run succeeds; a failing job is
+mirrored with its exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devtools.airflow_deployment import AirflowDeployment
+from devtools.fake_kube import FakeKube
+from iris_airflow_provider.backends.kubernetes import JOB_KEY_LABEL, NONCE_ANNOTATION, job_key
+from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.conftest import free_port, save_logs
+from tests.kubernetes.contract.conftest import readme_rbac_rules
+from tests.postgres import scratch_database
+
+pytestmark = pytest.mark.e2e
+
+NAMESPACE = "iris"
+PRODUCT = "nvidia.com/gpu.product"
+CLUSTER = f"""
+name: marin
+placement:
+  tick_interval_seconds: 30
+  sync_interval_seconds: 2
+backends:
+  - {{id: cpu, kind: process, max_running_jobs: 2}}
+peers:
+  - id: cw-k8s
+    kind: agentless
+    backends:
+      - id: default
+        kind: kubernetes
+        conn_id: kube_cw_k8s
+        namespace: {NAMESPACE}
+        queue_name: iris
+        priority_classes: {{production: iris-production, interactive: iris-interactive, batch: iris-batch}}
+        variant_label: {PRODUCT}
+        variant_values: {{NVIDIA-H100-80GB-HBM3: h100}}
+        image: busybox:1.36
+        attributes: {{region: [us-east-04]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKube]:
+    with FakeKube(
+        tmp_path_factory.mktemp("fake-kube-e2e"),
+        namespaces=["default", NAMESPACE],
+        nodes=[
+            {"name": f"h100-{i}", "labels": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, "allocatable": {"nvidia.com/gpu": "8"}}
+            for i in (0, 1)
+        ],
+        priority_classes={"iris-batch": 100, "iris-interactive": 1000, "iris-production": 10000},
+        kueue={"local_queues": {f"{NAMESPACE}/iris": "gpus"}, "cluster_queues": {"gpus": {"nvidia.com/gpu": 16}}},
+        adapter_rules=readme_rbac_rules(NAMESPACE),
+    ) as kube:
+        yield kube
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory, kube: FakeKube) -> Iterator[AirflowDeployment]:
+    home = tmp_path_factory.mktemp("airflow-k8s-parent")
+    (home / "cluster.yaml").write_text(CLUSTER)
+    with scratch_database("iris_e2e_k8s_meta") as metadata_url, scratch_database("iris_e2e_k8s_store") as store_url:
+        deployment = AirflowDeployment(
+            home=home,
+            port=free_port(),
+            metadata_url=metadata_url,
+            store_url=store_url,
+            cluster_config=home / "cluster.yaml",
+            dags_folder=Path(__file__).parent / "dags",
+            extra_env={"AIRFLOW_CONN_KUBE_CW_K8S": kube.connection(namespace=NAMESPACE)},
+        )
+        try:
+            deployment.start()
+            deployment.wait_for_dag("iris_federation_tick")
+            deployment.wait_for_dag("e2e_job")
+            yield deployment
+        finally:
+            deployment.stop()
+            save_logs(deployment, "kubernetes-parent")
+
+
+@pytest.fixture(scope="module")
+def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
+    store = FederationStore.from_url(deployment.store_url)
+    yield store
+    store.dispose()
+
+
+def gpu(count: int, command: str, **extra: Any) -> dict[str, Any]:
+    return {"command": command, "resources": {"device": {"type": "gpu", "variant": "h100", "count": count}, **extra}}
+
+
+def test_a_gpu_job_runs_on_the_kubernetes_peer_and_the_run_succeeds(deployment, store, kube):
+    job = gpu(2, 'echo "training on $IRIS_DEVICE_VARIANT as replica $IRIS_REPLICA_INDEX"', replicas=2)
+    run = deployment.trigger("e2e_job", {"job": job}, user="alice")
+    assert deployment.wait_for_run("e2e_job", run, timeout=90) == "success"
+    result = deployment.xcom("e2e_job", run, "run")
+    assert (result["disposition"], result["peer_id"], result["backend_id"]) == ("queue", "cw-k8s", "default")
+    assert (result["state"], result["exit_code"]) == ("succeeded", 0)
+    record = store.get_job(result["job_id"])
+    assert record.state is JobState.SUCCEEDED and record.submitting_user == "alice"
+    # It ran on the cluster: one Job, of this incarnation, whose two pods succeeded.
+    jobs = client.BatchV1Api(kube.admin_client()).list_namespaced_job(
+        NAMESPACE, label_selector=f"{JOB_KEY_LABEL}={job_key(record.job_id)}"
+    )
+    [k8s_job] = jobs.items
+    assert k8s_job.metadata.annotations[NONCE_ANNOTATION] == record.nonce
+    assert k8s_job.metadata.labels["kueue.x-k8s.io/queue-name"] == "iris"
+    assert k8s_job.spec.template.spec.priority_class_name == "iris-interactive"
+    assert k8s_job.status.succeeded == 2
+    # Its output was read from the pods and relayed into the store, for the waiting task.
+    relayed = [line for _, line in store.log_lines(record.job_id)]
+    assert relayed == ["[replica 0] training on h100 as replica 0", "[replica 1] training on h100 as replica 1"]
+    heartbeat = {p.peer_id: p for p in store.peer_states()}["cw-k8s"]
+    [backend] = heartbeat.backends
+    assert backend.kind == "kubernetes" and backend.availability.total_amounts == {"h100": 16}
+
+
+def test_a_job_failing_on_the_kubernetes_peer_fails_the_run_with_its_exit_code(deployment, store):
+    run = deployment.trigger("e2e_job", {"job": gpu(1, "echo bad; exit 7")}, user="alice")
+    assert deployment.wait_for_run("e2e_job", run, timeout=90) == "failed"
+    job_id = str(deployment.xcom("e2e_job", run, "run", key="iris_federation_job_id"))
+    record = store.get_job(job_id)
+    assert (record.state, record.exit_code, record.peer_id) == (JobState.FAILED, 7, "cw-k8s")
+    assert "Replica 0 exited with code 7" in record.error
+    log = deployment.task_log("e2e_job", run, "run")
+    assert "is failed on peer cw-k8s" in log and "Replica 0 exited with code 7" in log
