@@ -131,32 +131,23 @@ class FederationStore:
         origin: Origin | None = None,
     ) -> Admission:
         """Insert a new job (``queued`` when sent); an existing job with the same id is returned untouched."""
-        handoff = HandoffState.QUEUED.value if direction is Direction.SENT else None
-        values = {
-            "job_id": spec.job_id,
-            "direction": direction.value,
-            "handoff_state": handoff,
-            "state": JobState.PENDING.value,
-            "peer_id": peer_id,
-            "backend_id": backend_id,
-            "owner_principal": owner_principal,
-            "submitting_user": submitting_user,
-            "nonce": nonce or uuid.uuid4().hex,
-            "priority_band": spec.priority_band.wire_name,
-            "submitted_at_ms": now_ms,
-            "scheduling_deadline_ms": spec.scheduling_deadline_ms,
-            "spec": spec.model_dump(mode="json"),
-            "updated_at_ms": now_ms,
-            "origin_dag_id": origin.dag_id if origin else None,
-            "origin_run_id": origin.run_id if origin else None,
-            "origin_task_id": origin.task_id if origin else None,
-            "origin_map_index": origin.map_index if origin else None,
-        }
+        values = _incarnation(
+            spec,
+            direction=direction,
+            now_ms=now_ms,
+            submitting_user=submitting_user,
+            owner_principal=owner_principal,
+            peer_id=peer_id,
+            backend_id=backend_id,
+            nonce=nonce,
+            origin=origin,
+        )
+        handoff = values["handoff_state"]
         with self._write() as connection:
             # RETURNING, not rowcount: drivers disagree on rowcount for INSERT ... ON CONFLICT.
             inserted = connection.execute(
                 _insert(connection, jobs)
-                .values(**values)
+                .values(job_id=spec.job_id, updated_at_ms=now_ms, **values)
                 .on_conflict_do_nothing(index_elements=["job_id"])
                 .returning(jobs.c.job_id)
             ).first()
@@ -182,41 +173,24 @@ class FederationStore:
 
         Only a terminal job can be reincarnated; returns None when the job is missing or still live.
         """
-        handoff = HandoffState.QUEUED.value if direction is Direction.SENT else None
+        values = _incarnation(
+            spec,
+            direction=direction,
+            now_ms=now_ms,
+            submitting_user=submitting_user,
+            owner_principal=owner_principal,
+            peer_id=peer_id,
+            backend_id=backend_id,
+            nonce=nonce,
+            origin=origin,
+        )
+        handoff = values["handoff_state"]
         with self._write() as connection:
             row = (
                 connection.execute(
                     jobs.update()
                     .where(jobs.c.job_id == spec.job_id, jobs.c.state.in_(_TERMINAL))
-                    .values(
-                        direction=direction.value,
-                        handoff_state=handoff,
-                        state=JobState.PENDING.value,
-                        peer_id=peer_id,
-                        backend_id=backend_id,
-                        owner_principal=owner_principal,
-                        submitting_user=submitting_user,
-                        nonce=nonce or uuid.uuid4().hex,
-                        cancel_intent_version=0,
-                        cancel_delivered_version=0,
-                        priority_band=spec.priority_band.wire_name,
-                        submitted_at_ms=now_ms,
-                        scheduling_deadline_ms=spec.scheduling_deadline_ms,
-                        spec=spec.model_dump(mode="json"),
-                        error="",
-                        exit_code=None,
-                        started_at_ms=None,
-                        finished_at_ms=None,
-                        reported_at_ms=None,
-                        delivery_attempts=0,
-                        next_delivery_at_ms=None,
-                        last_delivery_error="",
-                        origin_dag_id=origin.dag_id if origin else None,
-                        origin_run_id=origin.run_id if origin else None,
-                        origin_task_id=origin.task_id if origin else None,
-                        origin_map_index=origin.map_index if origin else None,
-                        **_touched(now_ms),
-                    )
+                    .values(**values, **_touched(now_ms))
                     .returning(*jobs.c)
                 )
                 .mappings()
@@ -804,6 +778,50 @@ def _insert(connection: sa.Connection, table: sa.Table) -> Any:
     """An INSERT that supports ON CONFLICT on both PostgreSQL and SQLite."""
     dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
     return dialect.insert(table)
+
+
+def _incarnation(
+    spec: JobSpec,
+    *,
+    direction: Direction,
+    now_ms: int,
+    submitting_user: str,
+    owner_principal: str,
+    peer_id: str,
+    backend_id: str,
+    nonce: str | None,
+    origin: Origin | None,
+) -> dict[str, Any]:
+    """Every column a new incarnation of a job starts from (a first admission, or a rerun)."""
+    return {
+        "direction": direction.value,
+        "handoff_state": HandoffState.QUEUED.value if direction is Direction.SENT else None,
+        "state": JobState.PENDING.value,
+        "peer_id": peer_id,
+        "backend_id": backend_id,
+        "owner_principal": owner_principal,
+        "submitting_user": submitting_user,
+        "nonce": nonce or uuid.uuid4().hex,
+        "cancel_intent_version": 0,
+        "cancel_delivered_version": 0,
+        "priority_band": spec.priority_band.wire_name,
+        "submitted_at_ms": now_ms,
+        "scheduling_deadline_ms": spec.scheduling_deadline_ms,
+        "spec": spec.model_dump(mode="json"),
+        "error": "",
+        "exit_code": None,
+        "started_at_ms": None,
+        "finished_at_ms": None,
+        "reported_at_ms": None,
+        "delivery_attempts": 0,
+        "next_delivery_at_ms": None,
+        "last_delivery_error": "",
+        "log_cursor": "",
+        "origin_dag_id": origin.dag_id if origin else None,
+        "origin_run_id": origin.run_id if origin else None,
+        "origin_task_id": origin.task_id if origin else None,
+        "origin_map_index": origin.map_index if origin else None,
+    }
 
 
 def _touched(now_ms: int) -> dict[str, Any]:

@@ -245,3 +245,23 @@ class TestLeases:
         assert not store.acquire_lease("tick", "a", NOW + 1_020, 1_000)
         store.release_lease("tick", "b")
         assert store.acquire_lease("tick", "a", NOW + 1_030, 1_000)
+
+
+class TestIncarnations:
+    def test_only_a_finished_job_can_run_again_and_it_starts_from_scratch(self, store):
+        first = queue(store)
+        assert store.reincarnate(spec(), direction=Direction.SENT, now_ms=NOW + 1, submitting_user="alice") is None
+        store.promote(promotion(), NOW + 1)
+        store.append_logs(first.job_id, first.nonce, ["line"], '{"0": 5}', NOW + 2)
+        store.transition(first.job_id, to_state=JobState.FAILED, exit_code=3, error="boom", now_ms=NOW + 3)
+        again = store.reincarnate(spec(), direction=Direction.SENT, now_ms=NOW + 4, submitting_user="alice")
+        assert again is not None and again.nonce != first.nonce
+        assert (again.state, again.handoff_state, again.peer_id, again.backend_id) == (
+            JobState.PENDING,
+            HandoffState.QUEUED,
+            "",
+            "",
+        )
+        assert (again.error, again.exit_code, again.finished_at_ms, again.log_cursor) == ("", None, None, "")
+        assert again.submitted_at_ms == NOW + 4
+        assert [e.kind for e in store.events(first.job_id)][-1] == "resubmitted"
