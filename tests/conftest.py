@@ -10,3 +10,21 @@ os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME}/airflow.db")
+# Users and a token secret for the in-process API tests (tests/ui): tokens are real JWTs signed and
+# checked by Airflow's own SimpleAuthManager. A deployment started by the end-to-end tests sets its own.
+os.environ.setdefault("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,alice:user,bob:user,viewer:viewer")
+os.environ.setdefault("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", f"{_AIRFLOW_HOME}/passwords.json")
+os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "iris-tests-" + "0123456789abcdef" * 5)
+
+
+import pytest  # noqa: E402  (after the environment above, which Airflow reads at import)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_store_url_cache():
+    """Tests point the store connection at a new database each time: forget cached lookups."""
+    from iris_airflow_provider.hooks import federation_store
+
+    federation_store._async_urls.clear()
+    yield
+    federation_store._async_urls.clear()

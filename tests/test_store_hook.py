@@ -7,6 +7,7 @@ import json
 import pytest
 from airflow.models.connection import Connection
 
+from iris_airflow_provider.hooks import federation_store
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook, store_url_from_connection
 
 
@@ -44,6 +45,9 @@ async def test_the_async_url_uses_a_non_blocking_driver(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT", "postgresql://u@db:5432/iris")
     assert await FederationStoreHook().aget_url() == "postgresql+asyncpg://u@db:5432/iris"
     monkeypatch.setenv("AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT", f"sqlite:///{tmp_path}/s.db")
+    # Looked up once per connection for a while: thousands of triggers start at once.
+    assert await FederationStoreHook().aget_url() == "postgresql+asyncpg://u@db:5432/iris"
+    federation_store._async_urls.clear()
     assert await FederationStoreHook().aget_url() == f"sqlite+aiosqlite:///{tmp_path}/s.db"
 
 

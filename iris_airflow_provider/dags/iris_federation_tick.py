@@ -2,9 +2,11 @@
 
 A tick refreshes the peers' heartbeats, expires queued jobs past their deadline, runs the pure
 placement pass, applies its promotions by compare-and-set, delivers pending handoffs, pulls the
-state of jobs in flight and re-drives cancels. It runs on a fixed period and, through an asset
-watched by ``FederationWakeTrigger``, whenever a job is queued or cancelled or jobs are in flight,
-so a queued job is promoted within seconds when capacity is free. One run at a time, no catchup.
+state of jobs in flight and re-drives cancels. It also cancels jobs whose submitting task has
+failed (a task killed before its trigger ever ran has nobody else to cancel its job). It runs on
+a fixed period and, through an asset watched by ``FederationWakeTrigger``, whenever a job is
+queued or cancelled or jobs are in flight, so a queued job is promoted within seconds when
+capacity is free. One run at a time, no catchup.
 """
 
 from __future__ import annotations
@@ -48,8 +50,13 @@ with DAG(
 
     @task(task_id="tick", retries=0)
     def tick() -> dict[str, object]:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
         from iris_airflow_provider.runtime import get_federation
 
-        return get_federation(_conn_id).tick().to_dict()
+        def task_states(dag_id: str, run_ids: list[str], task_ids: list[str]) -> dict[str, dict[str, object]]:
+            return RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids)
+
+        return get_federation(_conn_id).tick(task_states=task_states).to_dict()
 
     tick()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -24,7 +25,9 @@ from sqlalchemy.engine import URL, make_url
 from iris_airflow_provider.store.engine import async_url
 from iris_airflow_provider.store.store import FederationStore
 
+ASYNC_URL_TTL_SECONDS = 30.0
 _stores: dict[str, FederationStore] = {}
+_async_urls: dict[str, tuple[float, str]] = {}  # conn id -> (when looked up, async URL)
 _stores_lock = threading.Lock()
 
 
@@ -83,7 +86,19 @@ class FederationStoreHook(BaseHook):
         return store_url_from_connection(conn)
 
     async def aget_url(self) -> str:
-        """The store's URL with a non-blocking driver, for code running in the triggerer."""
+        """The store's URL with a non-blocking driver, for code running in the triggerer.
+
+        Cached for a little while per connection: thousands of triggers starting together would
+        otherwise each look the connection up, stalling the triggerer's event loop for seconds.
+        """
+        cached = _async_urls.get(self.iris_federation_conn_id)
+        if cached is not None and time.monotonic() - cached[0] < ASYNC_URL_TTL_SECONDS:
+            return cached[1]
+        url = await self._aget_url()
+        _async_urls[self.iris_federation_conn_id] = (time.monotonic(), url)
+        return url
+
+    async def _aget_url(self) -> str:
         try:
             conn = await self.aget_connection(self.iris_federation_conn_id)
         except AirflowNotFoundException:

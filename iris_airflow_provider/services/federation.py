@@ -44,7 +44,15 @@ DELIVERY_BACKOFF_MAX_MS = 300_000
 # "gone" from its backend once its submitter has had this long to hand it over.
 LOCAL_START_GRACE_MS = 60_000
 RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
+LOGGED_HANDOFFS = (HandoffState.PENDING, HandoffState.HANDED_OFF)  # handoffs a peer may have output for
 LOG_LINES_PER_TICK = 500  # per job: a chatty job cannot hold up a tick
+# A submitting task in one of these states has given up on its job for good (a retry is
+# "up_for_retry", a cleared task has no state: both will reattach, so neither is here).
+ORPHANING_TASK_STATES = frozenset({"failed", "upstream_failed"})
+
+# (dag_id, run_ids, task_ids) -> {run_id: {task_id or "<task_id>_<map_index>": state}}, as Airflow's
+# RuntimeTaskInstance.get_task_states answers.
+TaskStates = Callable[[str, list[str], list[str]], Mapping[str, Mapping[str, Any]]]
 
 T = TypeVar("T")
 
@@ -253,9 +261,16 @@ class Federation:
 
     # The tick ----------------------------------------------------------------------------------
 
-    def tick(self) -> TickReport:
-        """Heartbeats, expiry, placement, delivery, status sync, cancel re-drive: one pass of each."""
+    def tick(self, *, task_states: TaskStates | None = None) -> TickReport:
+        """Heartbeats, expiry, placement, delivery, status sync, cancel re-drive: one pass of each.
+
+        With ``task_states`` (Airflow's view of the tasks that submitted jobs), jobs whose task has
+        failed are cancelled first: a safety net for a task killed before its trigger ever ran,
+        whose job would otherwise wait, and maybe run, with nobody waiting for it.
+        """
         report = TickReport(started_at_ms=self.clock())
+        if task_states is not None:
+            self._cancel_orphans(task_states, report)
         self._heartbeats(report)
         self.store.prune_ledger()
         report.expired = self.store.expire_queued(self.clock())
@@ -267,6 +282,35 @@ class Federation:
         report.duration_ms = self.clock() - report.started_at_ms
         log.info("Federation tick: %s", report.summary())
         return report
+
+    def _cancel_orphans(self, task_states: TaskStates, report: TickReport) -> None:
+        by_dag: dict[str, list[JobRecord]] = defaultdict(list)
+        for job in self.store.live_jobs_with_origin():
+            if job.origin is not None and not job.cancel_requested:
+                by_dag[job.origin.dag_id].append(job)
+        for dag_id, jobs in by_dag.items():
+            origins = [job.origin for job in jobs if job.origin is not None]
+            try:
+                states = task_states(dag_id, sorted({o.run_id for o in origins}), sorted({o.task_id for o in origins}))
+            except Exception as error:  # Airflow's API is down: the next tick asks again
+                log.warning("Could not read the states of %s's tasks: %s", dag_id, error)
+                continue
+            for job in jobs:
+                origin = job.origin
+                assert origin is not None
+                key = origin.task_id if origin.map_index < 0 else f"{origin.task_id}_{origin.map_index}"
+                state = states.get(origin.run_id, {}).get(key)
+                if state in ORPHANING_TASK_STATES:
+                    log.warning(
+                        "Cancelling job %s: the task that submitted it (%s/%s/%s) is %s",
+                        job.job_id,
+                        dag_id,
+                        origin.run_id,
+                        key,
+                        state,
+                    )
+                    self.cancel(job.job_id)
+                    report.cancelled.append(job.job_id)
 
     def _heartbeats(self, report: TickReport) -> None:
         report.heartbeats = self._record_heartbeats(self.peers)
@@ -400,14 +444,27 @@ class Federation:
                 report.reported.append(job.job_id)
         return in_flight
 
+    def _log_reader(self, job: JobRecord) -> Callable[[JobRecord], LogChunk] | None:
+        """How to read the job's new output from whoever runs it (None when nobody does yet)."""
+        if job.direction in RUN_HERE and job.backend_id in self.backends:
+            backend = self.backends[job.backend_id]
+            return lambda j: backend.logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK)
+        if job.direction is Direction.SENT and job.peer_id in self.peers and job.handoff_state in LOGGED_HANDOFFS:
+            peer = self.peers[job.peer_id]
+            return lambda j: peer.logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK)
+        return None
+
     def _relay_logs(self, jobs: list[JobRecord]) -> None:
-        """Copy new output of jobs in flight (and just finished) into the store, for their waiting tasks."""
+        """Copy new output of jobs in flight into the store, for their waiting tasks; peers in parallel."""
         by_peer: dict[str, list[JobRecord]] = defaultdict(list)
-        for job in jobs:
-            if job.direction in RUN_HERE and job.backend_id in self.backends:
-                self._relay(job, lambda j: self.backends[j.backend_id].logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK))
-            elif job.handoff_state is HandoffState.HANDED_OFF and job.peer_id in self.peers:
+        for job in self.store.get_jobs(j.job_id for j in jobs).values():  # fresh cursors
+            reader = self._log_reader(job)
+            if reader is None or job.terminal:
+                continue  # a job that just finished had its last output relayed before its end
+            if job.direction is Direction.SENT:
                 by_peer[job.peer_id].append(job)
+            else:
+                self._relay(job, reader)
 
         def relay_peer(peer: Peer) -> None:
             for job in by_peer[peer.peer_id]:
@@ -439,6 +496,11 @@ class Federation:
     def _apply_report(self, job: JobRecord, job_report: JobReport) -> bool:
         if job_report.nonce != job.nonce:
             return False  # another incarnation's news
+        if job_report.state.terminal and not job.terminal:
+            # Its last output first: a task waiting on the job then has all of it when it sees the end.
+            reader = self._log_reader(job)
+            if reader is not None:
+                self._relay(job, reader)
         return self.store.mirror(
             job.job_id,
             nonce=job.nonce,

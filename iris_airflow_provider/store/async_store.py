@@ -17,8 +17,11 @@ from iris_airflow_provider.federation.states import Direction, HandoffState, Job
 from iris_airflow_provider.store.engine import WRITE, create_async_store_engine
 from iris_airflow_provider.store.records import CancelOutcome
 from iris_airflow_provider.store.schema import TERMINAL_STATES as TERMINAL_VALUES
-from iris_airflow_provider.store.schema import job_events, jobs
+from iris_airflow_provider.store.schema import job_events, job_logs, jobs
 from iris_airflow_provider.store.store import request_cancel
+
+# Job ids per query: asyncpg refuses more than 32,767 parameters per statement, SQLite (3.32+) 32,766.
+MAX_IDS_PER_QUERY = 10_000
 
 # What a waiting task needs to know about its job; the spec itself is never read while waiting.
 SNAPSHOT_COLUMNS = (
@@ -34,6 +37,8 @@ SNAPSHOT_COLUMNS = (
     jobs.c.row_version,
     jobs.c.cancel_intent_version,
     jobs.c.updated_at_ms,
+    jobs.c.nonce,
+    jobs.c.last_log_seq,
 )
 
 
@@ -51,6 +56,8 @@ class JobSnapshot:
     row_version: int
     cancel_intent_version: int
     updated_at_ms: int
+    nonce: str = ""
+    last_log_seq: int = 0
 
     @classmethod
     def from_row(cls, row: Any) -> JobSnapshot:
@@ -68,6 +75,8 @@ class JobSnapshot:
             row_version=m["row_version"],
             cancel_intent_version=m["cancel_intent_version"],
             updated_at_ms=m["updated_at_ms"],
+            nonce=m["nonce"],
+            last_log_seq=m["last_log_seq"],
         )
 
     @property
@@ -92,12 +101,32 @@ class AsyncFederationStore:
         self.queries = 0  # statements sent, for the shared-poller benchmark
 
     async def snapshots(self, job_ids: Sequence[str]) -> dict[str, JobSnapshot]:
-        if not job_ids:
-            return {}
-        self.queries += 1
+        """These jobs as they are now (a job not in the store is left out), in one query per 10,000 ids."""
+        ids = list(dict.fromkeys(job_ids))
+        found: dict[str, JobSnapshot] = {}
+        if not ids:
+            return found
         async with self.engine.connect() as connection:
-            result = await connection.execute(sa.select(*SNAPSHOT_COLUMNS).where(jobs.c.job_id.in_(list(job_ids))))
-            return {row.job_id: JobSnapshot.from_row(row) for row in result}
+            for start in range(0, len(ids), MAX_IDS_PER_QUERY):
+                self.queries += 1
+                chunk = ids[start : start + MAX_IDS_PER_QUERY]
+                result = await connection.execute(sa.select(*SNAPSHOT_COLUMNS).where(jobs.c.job_id.in_(chunk)))
+                found.update((row.job_id, JobSnapshot.from_row(row)) for row in result)
+        return found
+
+    async def log_lines(self, job_ids: Sequence[str], *, after_seq: int, limit: int) -> list[tuple[int, str, str, str]]:
+        """Relayed output of these jobs after ``after_seq``, oldest first: (seq, job id, nonce, line)."""
+        if not job_ids:
+            return []
+        self.queries += 1
+        query = (
+            sa.select(job_logs.c.seq, job_logs.c.job_id, job_logs.c.nonce, job_logs.c.line)
+            .where(job_logs.c.job_id.in_(list(job_ids)[:MAX_IDS_PER_QUERY]), job_logs.c.seq > after_seq)
+            .order_by(job_logs.c.seq)
+            .limit(limit)
+        )
+        async with self.engine.connect() as connection:
+            return [(row[0], row[1], row[2], row[3]) for row in await connection.execute(query)]
 
     async def changed_since(self, updated_at_ms: int) -> list[JobSnapshot]:
         """Every job written at or after ``updated_at_ms`` (by any writer's clock)."""

@@ -49,6 +49,7 @@ class JobRecord:
     last_delivery_error: str = ""
     cancel_delivered_version: int = 0
     log_cursor: str = ""
+    last_log_seq: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -83,6 +84,7 @@ class JobRecord:
             last_delivery_error=row["last_delivery_error"],
             cancel_delivered_version=row["cancel_delivered_version"],
             log_cursor=row["log_cursor"],
+            last_log_seq=row["last_log_seq"],
         )
 
     @property

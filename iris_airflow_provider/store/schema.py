@@ -67,8 +67,10 @@ jobs = sa.Table(
     sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
     # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
     sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
-    # Where relaying the job's output from whoever runs it has got to (their opaque cursor).
+    # Where relaying the job's output from whoever runs it has got to (their opaque cursor), and the
+    # newest relayed line here: waiting tasks fetch lines only when it moves.
     sa.Column("log_cursor", sa.Text, nullable=False, server_default=""),
+    sa.Column("last_log_seq", sa.BigInteger, nullable=False, server_default="0"),
     # The Airflow task instance that submitted the job (for links back), when there is one.
     sa.Column("origin_dag_id", sa.Text, nullable=True),
     sa.Column("origin_run_id", sa.Text, nullable=True),
@@ -84,8 +86,15 @@ jobs = sa.Table(
     sa.CheckConstraint("cancel_intent_version >= 0", name="cancel_intent_version"),
     sa.UniqueConstraint("direction", "peer_id", "nonce"),
     sa.Index("ix_iris_jobs_direction_handoff_state", "direction", "handoff_state"),
-    sa.Index("ix_iris_jobs_state", "state"),
     sa.Index("ix_iris_jobs_submitted_at_ms", "submitted_at_ms"),
+    # The triggerer's shared poller asks for what changed since its watermark, every interval.
+    sa.Index("ix_iris_jobs_updated_at_ms", "updated_at_ms"),
+    # The Federation page lists newest first, filtered by one of these: each filter reads its
+    # index in page order instead of sorting the whole table (10,000s of jobs).
+    sa.Index("ix_iris_jobs_state_submitted_at_ms", "state", "submitted_at_ms"),
+    sa.Index("ix_iris_jobs_peer_id_submitted_at_ms", "peer_id", "submitted_at_ms"),
+    sa.Index("ix_iris_jobs_submitting_user_submitted_at_ms", "submitting_user", "submitted_at_ms"),
+    sa.Index("ix_iris_jobs_origin_dag_id_submitted_at_ms", "origin_dag_id", "submitted_at_ms"),
 )
 
 job_events = sa.Table(

@@ -247,6 +247,12 @@ class FederationStore:
         with self._read() as connection:
             return [JobRecord.from_row(row) for row in connection.execute(query).mappings()]
 
+    def live_jobs_with_origin(self) -> list[JobRecord]:
+        """Jobs still live that an Airflow task submitted (for the tick's orphan check)."""
+        query = sa.select(jobs).where(jobs.c.state.not_in(_TERMINAL), jobs.c.origin_dag_id.is_not(None))
+        with self._read() as connection:
+            return [JobRecord.from_row(row) for row in connection.execute(query).mappings()]
+
     def events(self, job_id: str) -> list[JobEvent]:
         query = sa.select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.seq)
         with self._read() as connection:
@@ -554,19 +560,20 @@ class FederationStore:
     def append_logs(self, job_id: str, nonce: str, lines: Sequence[str], cursor: str, now_ms: int) -> bool:
         """Keep new output lines of this incarnation and where reading got to, together."""
         with self._write() as connection:
-            advanced = connection.execute(
-                jobs.update()
-                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
-                .values(log_cursor=cursor)
-                .returning(jobs.c.job_id)
+            current = connection.execute(
+                sa.select(jobs.c.job_id).where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
             ).first()
-            if advanced is None:
+            if current is None:
                 return False
+            values: dict[str, Any] = {"log_cursor": cursor}
             if lines:
-                connection.execute(
-                    job_logs.insert(),
+                seqs = connection.execute(
+                    job_logs.insert().returning(job_logs.c.seq),
                     [{"job_id": job_id, "nonce": nonce, "at_ms": now_ms, "line": line} for line in lines],
-                )
+                ).scalars()
+                # A change waiting tasks notice: their poller then fetches the new lines.
+                values.update(last_log_seq=max(seqs), **_touched(now_ms))
+            connection.execute(jobs.update().where(jobs.c.job_id == job_id, jobs.c.nonce == nonce).values(**values))
         return True
 
     def log_lines(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, str]]:
@@ -817,6 +824,7 @@ def _incarnation(
         "next_delivery_at_ms": None,
         "last_delivery_error": "",
         "log_cursor": "",
+        "last_log_seq": 0,
         "origin_dag_id": origin.dag_id if origin else None,
         "origin_run_id": origin.run_id if origin else None,
         "origin_task_id": origin.task_id if origin else None,

@@ -18,10 +18,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.store.async_store import AsyncFederationStore, JobSnapshot
-from iris_airflow_provider.triggers.poller import SharedJobPoller
+from iris_airflow_provider.triggers.poller import LogLines, Message, SharedJobPoller
 
 WAIT_UNTIL = ("accepted", "running", "completion")
 DEFAULT_POLL_INTERVAL = 5.0
+LOG_LINES_PER_MESSAGE = 500  # lines relayed into the task log per poll, per wait
+LOG_FLUSH_INTERVALS = 3  # polls a finished job waits for output the store already holds
 
 
 def reached(snapshot: JobSnapshot, until: str) -> bool:
@@ -96,8 +98,10 @@ class FederationJobTrigger(BaseTrigger):
         # Yield last, after the poller released its connections: the task resumes on this event.
         yield TriggerEvent(event)
 
-    async def _wait(self, queue: asyncio.Queue[JobSnapshot | None], reasons: list[str]) -> dict[str, Any]:
+    async def _wait(self, queue: asyncio.Queue[Message], reasons: list[str]) -> dict[str, Any]:
         last: JobSnapshot | None = None
+        relayed_to = 0  # the job's output has been written to the task log up to this line
+        finished_at: float | None = None  # when the job got as far as we wait for
         while True:
             timeout = None
             if self.deadline_ms is not None:
@@ -106,12 +110,24 @@ class FederationJobTrigger(BaseTrigger):
                     return self._event(
                         "timeout", last, reasons, f"the deadline passed while {describe(last) if last else 'waiting'}"
                     )
+            if finished_at is not None:
+                # Done, but output the store already holds has not come through yet: wait a little.
+                grace = finished_at + LOG_FLUSH_INTERVALS * self.poll_interval - time.monotonic()
+                if last is None or relayed_to >= last.last_log_seq or grace <= 0:
+                    assert last is not None
+                    return self._event("reached", last, reasons, describe(last))
+                timeout = grace if timeout is None else min(timeout, grace)
             try:
-                snapshot = await asyncio.wait_for(queue.get(), timeout)
+                message = await asyncio.wait_for(queue.get(), timeout)
             except TimeoutError:
                 continue
-            if snapshot is None:
+            if message is None:
                 return self._event("missing", last, reasons, f"Job {self.job_id} is not in the federation store")
+            if isinstance(message, LogLines):
+                self._relay(message, last)
+                relayed_to = max(relayed_to, message.up_to_seq)
+                continue
+            snapshot = message
             if last is None or (snapshot.state, snapshot.handoff_state, snapshot.pending_reason, snapshot.peer_id) != (
                 last.state,
                 last.handoff_state,
@@ -122,8 +138,18 @@ class FederationJobTrigger(BaseTrigger):
             if snapshot.pending_reason and (not reasons or reasons[-1] != snapshot.pending_reason):
                 reasons.append(snapshot.pending_reason)
             last = snapshot
-            if reached(snapshot, self.until):
-                return self._event("reached", snapshot, reasons, describe(snapshot))
+            if finished_at is None and reached(snapshot, self.until):
+                finished_at = time.monotonic()
+
+    def _relay(self, output: LogLines, snapshot: JobSnapshot | None) -> None:
+        """The job's own output, into the task log: new lines only, at most a bounded number per poll."""
+        where = "here"
+        if snapshot is not None and snapshot.direction is Direction.SENT and snapshot.peer_id:
+            where = f"peer {snapshot.peer_id}"
+        for line in output.lines[:LOG_LINES_PER_MESSAGE]:
+            self.log.info("[%s] %s", where, line)
+        if len(output.lines) > LOG_LINES_PER_MESSAGE:
+            self.log.info("[%s] ... %d more lines not shown", where, len(output.lines) - LOG_LINES_PER_MESSAGE)
 
     def _event(self, status: str, snapshot: JobSnapshot | None, reasons: list[str], message: str) -> dict[str, Any]:
         event: dict[str, Any] = {

@@ -839,3 +839,30 @@ def test_a_cancel_that_lands_while_a_local_job_is_being_started_stops_it(lite: W
     assert report.state is JobState.KILLED
     killed = tick_until(federation, lite.store, "/alice/raced", JobState.KILLED)
     assert killed.error == "Cancelled"
+
+
+def test_jobs_whose_submitting_task_failed_are_cancelled_and_the_others_left_alone(lite: World) -> None:
+    from iris_airflow_provider.store.records import Origin
+
+    federation = lite.federation()
+    states = {"failed": "failed", "retrying": "up_for_retry", "done": "success", "cleared": None}
+    for name in states:
+        # Pinned to a full peer: every one of them stays queued until something cancels it.
+        federation.submit(
+            spec(f"/alice/{name}", h100=64, pin="cw-h100"),
+            submitting_user=ALICE,
+            origin=Origin("train", "run-1", name, -1),
+        )
+    asked: list[tuple[str, list[str], list[str]]] = []
+
+    def task_states(dag_id: str, run_ids: list[str], task_ids: list[str]) -> dict[str, dict[str, Any]]:
+        asked.append((dag_id, run_ids, task_ids))
+        return {"run-1": dict(states)}
+
+    report = federation.tick(task_states=task_states)
+    assert asked == [("train", ["run-1"], sorted(states))]
+    assert report.cancelled == ["/alice/failed"]
+    failed = lite.job("/alice/failed")
+    assert (failed.state, failed.error) == (JobState.KILLED, reasons.CANCELLED_BEFORE_HANDOFF)
+    for name in ("retrying", "done", "cleared"):
+        assert lite.job(f"/alice/{name}").state is JobState.PENDING

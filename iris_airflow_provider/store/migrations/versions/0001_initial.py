@@ -49,6 +49,7 @@ def upgrade() -> None:
         sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
         sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
         sa.Column("log_cursor", sa.Text, nullable=False, server_default=""),
+        sa.Column("last_log_seq", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("origin_dag_id", sa.Text, nullable=True),
         sa.Column("origin_run_id", sa.Text, nullable=True),
         sa.Column("origin_task_id", sa.Text, nullable=True),
@@ -68,8 +69,13 @@ def upgrade() -> None:
         sa.UniqueConstraint("direction", "peer_id", "nonce", name="uq_iris_jobs_direction_peer_id_nonce"),
     )
     op.create_index("ix_iris_jobs_direction_handoff_state", "iris_jobs", ["direction", "handoff_state"])
-    op.create_index("ix_iris_jobs_state", "iris_jobs", ["state"])
     op.create_index("ix_iris_jobs_submitted_at_ms", "iris_jobs", ["submitted_at_ms"])
+    op.create_index("ix_iris_jobs_updated_at_ms", "iris_jobs", ["updated_at_ms"])
+    # Listing newest first under one filter (the Federation page, ``iris-federation jobs``).
+    op.create_index("ix_iris_jobs_state_submitted_at_ms", "iris_jobs", ["state", "submitted_at_ms"])
+    op.create_index("ix_iris_jobs_peer_id_submitted_at_ms", "iris_jobs", ["peer_id", "submitted_at_ms"])
+    op.create_index("ix_iris_jobs_submitting_user_submitted_at_ms", "iris_jobs", ["submitting_user", "submitted_at_ms"])
+    op.create_index("ix_iris_jobs_origin_dag_id_submitted_at_ms", "iris_jobs", ["origin_dag_id", "submitted_at_ms"])
 
     op.create_table(
         "iris_job_events",
