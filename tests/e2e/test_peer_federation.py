@@ -1,0 +1,284 @@
+"""Two Airflow deployments federating over the network: parent ``marin`` and peer ``cw-east``.
+
+Both run the provider on their own AIRFLOW_HOME, port, metadata database and federation store
+(PostgreSQL). The parent reaches the peer's API through a loopback proxy that can lose one answer
+on purpose; calls are signed with real Ed25519 keys; the peer trusts the parent's public key and
+admits submitters ``*@example.com`` and ``alice``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devtools.airflow_deployment import AirflowDeployment
+from devtools.fault_proxy import FaultProxy
+from iris_airflow_provider.backends.process import job_directory_name
+from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
+from iris_airflow_provider.peers.wire import API_PREFIX
+from iris_airflow_provider.runner import RUNNER_DAG_ID
+from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.conftest import free_port, save_logs
+from tests.postgres import scratch_database
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Federation:
+    parent: AirflowDeployment
+    peer: AirflowDeployment
+    parent_store: FederationStore
+    peer_store: FederationStore
+    proxy: FaultProxy
+    keys: dict[str, tuple[str, str]]  # cluster -> (private PEM, public PEM)
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    root = tmp_path_factory.mktemp("federation")
+    keys = {name: generate_keypair() for name in ("marin", "cw-east", "rogue")}
+    for name, (private, public) in keys.items():
+        (root / f"{name}.key").write_text(private)
+        (root / f"{name}.pub").write_text(public)
+    peer_port = free_port()
+    proxy = FaultProxy(f"http://127.0.0.1:{peer_port}").start()
+    (root / "parent.yaml").write_text(
+        f"""
+name: marin
+placement: {{sync_interval_seconds: 2}}
+federation: {{private_key: {root / "marin.key"}}}
+backends: [{{id: cpu, kind: process, max_running_jobs: 4}}]
+peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}"}}]
+"""
+    )
+    (root / "peer.yaml").write_text(
+        f"""
+name: cw-east
+placement: {{sync_interval_seconds: 2}}
+federation:
+  private_key: {root / "cw-east.key"}
+  trusted_peers:
+    marin: {{public_key: {root / "marin.pub"}}}
+    rogue: {{public_key: {root / "rogue.pub"}}}
+  allowed_submitters: ["*@example.com", "alice"]
+backends: [{{id: default, kind: process, devices: {{h100: 8}}}}]
+"""
+    )
+    with (
+        scratch_database("iris_fed_parent_meta") as parent_meta,
+        scratch_database("iris_fed_parent_store") as parent_store_url,
+        scratch_database("iris_fed_peer_meta") as peer_meta,
+        scratch_database("iris_fed_peer_store") as peer_store_url,
+    ):
+        dags = Path(__file__).parent / "dags"
+        parent = AirflowDeployment(
+            home=root / "parent",
+            port=free_port(),
+            metadata_url=parent_meta,
+            store_url=parent_store_url,
+            cluster_config=root / "parent.yaml",
+            dags_folder=dags,
+        )
+        peer = AirflowDeployment(
+            home=root / "peer",
+            port=peer_port,
+            metadata_url=peer_meta,
+            store_url=peer_store_url,
+            cluster_config=root / "peer.yaml",
+            dags_folder=dags,
+        )
+        parent_store = FederationStore.from_url(parent_store_url)
+        peer_store = FederationStore.from_url(peer_store_url)
+        try:
+            peer.start()
+            parent.start()
+            peer.wait_for_dag(RUNNER_DAG_ID)
+            parent.wait_for_dag("e2e_job")
+            yield Federation(parent, peer, parent_store, peer_store, proxy, keys)
+        finally:
+            for deployment, name in ((parent, "federation-parent"), (peer, "federation-peer")):
+                deployment.stop()
+                save_logs(deployment, name)
+            parent_store.dispose()
+            peer_store.dispose()
+            proxy.stop()
+
+
+def gpu(command: str, **extra: Any) -> dict[str, Any]:
+    return {"command": command, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 2}}, **extra}
+
+
+def job_of(deployment: AirflowDeployment, run_id: str) -> str:
+    return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
+
+
+def runner_runs(peer: AirflowDeployment, job_id: str) -> list[dict[str, Any]]:
+    runs = peer.api("GET", f"/api/v2/dags/{RUNNER_DAG_ID}/dagRuns", params={"limit": 100}).json()["dag_runs"]
+    return [run for run in runs if (run.get("conf") or {}).get("job_id") == job_id]
+
+
+def call_peer(federation: Federation, method: str, path: str, token: str | None, **kwargs: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return httpx.request(method, f"{federation.peer.base_url}{API_PREFIX}{path}", headers=headers, timeout=30, **kwargs)
+
+
+def test_a_job_triggered_on_the_parent_runs_on_the_peer_under_the_same_id(federation):
+    parent, peer = federation.parent, federation.peer
+    run = parent.trigger(
+        "e2e_job",
+        {"job": gpu("echo hello from $IRIS_JOB_ID; cat notes.txt", files={"notes.txt": "travelled inline"})},
+        user="alice",
+    )
+    assert parent.wait_for_run("e2e_job", run) == "success"
+    job_id = job_of(parent, run)
+    result = parent.xcom("e2e_job", run, "run")
+    assert (result["peer_id"], result["state"]) == ("cw-east", "succeeded")
+    mirrored = federation.parent_store.get_job(job_id)
+    received = federation.peer_store.get_job(job_id)
+    assert (received.direction, received.peer_id, received.submitting_user) == (Direction.RECEIVED, "marin", "alice")
+    assert received.nonce == mirrored.nonce and received.state is JobState.SUCCEEDED
+    (runner,) = runner_runs(peer, job_id)
+    assert runner["state"] == "success" and runner["triggering_user_name"] == "alice"
+    # The peer's output came back into the parent task's log, files included.
+    log = parent.task_log("e2e_job", run, "run")
+    assert f"hello from {job_id}" in log and "travelled inline" in log
+    assert "Handed off to peer cw-east; awaiting first status report" in result["pending_reasons"] or (
+        "Awaiting acceptance by peer cw-east" in result["pending_reasons"]
+    )
+
+
+def test_a_submitter_the_peer_does_not_admit_is_rejected_and_nothing_runs_there(federation):
+    run = federation.parent.trigger("e2e_job", {"job": gpu("echo never")}, user="bob")
+    assert federation.parent.wait_for_run("e2e_job", run) == "failed"
+    job_id = job_of(federation.parent, run)
+    job = federation.parent_store.get_job(job_id)
+    assert job.handoff_state is HandoffState.REJECTED and job.state is JobState.KILLED
+    assert (
+        job.error == "Peer cw-east rejected the handoff: Submitter 'bob' is not admitted for federation to this cluster"
+    )
+    assert federation.peer_store.get_job(job_id) is None
+    assert runner_runs(federation.peer, job_id) == []
+    assert "Peer cw-east rejected the handoff" in federation.parent.task_log("e2e_job", run, "run")
+
+
+def test_forged_expired_and_misdirected_tokens_are_refused(federation):
+    marin_key, _ = federation.keys["marin"]
+    good = TokenMinter("marin", marin_key).mint()
+    assert call_peer(federation, "GET", "/backends", good).status_code == 200
+    forged = TokenMinter("marin", generate_keypair()[0]).mint()  # signed with someone else's key
+    expired = TokenMinter("marin", marin_key, clock=lambda: time.time() - 3600).mint()
+    stranger = TokenMinter("nobody", generate_keypair()[0]).mint()
+    for token in (None, "not-a-jwt", forged, expired, stranger, _wrong_audience(marin_key)):
+        response = call_peer(federation, "GET", "/backends", token)
+        assert response.status_code == 401, (token, response.text)
+        assert response.json()["code"] == "unauthenticated"
+    # A trusted peer may only see and act on the jobs it handed off itself.
+    run = federation.parent.trigger("e2e_job", {"job": gpu("sleep 1")}, user="alice")
+    assert federation.parent.wait_for_run("e2e_job", run) == "success"
+    job_id = job_of(federation.parent, run)
+    rogue = TokenMinter("rogue", federation.keys["rogue"][0]).mint
+    synced = call_peer(federation, "POST", "/sync", rogue(), json={"cursor": ""}).json()
+    assert synced["deltas"] == []
+    assert call_peer(federation, "POST", "/terminate", rogue(), json={"job_id": job_id}).status_code == 404
+    assert call_peer(federation, "GET", "/logs", rogue(), params={"job_id": job_id}).status_code == 404
+    spoof = call_peer(
+        federation,
+        "POST",
+        "/handoffs",
+        rogue(),
+        json={"job_id": "/alice/spoof", "nonce": "n", "requester": "marin", "submitting_user": "alice", "spec": {}},
+    )
+    assert spoof.status_code == 403 and "does not match the authenticated peer 'rogue'" in spoof.json()["message"]
+    marin_view = call_peer(federation, "POST", "/sync", TokenMinter("marin", marin_key).mint(), json={"cursor": ""})
+    assert job_id in {delta["job_id"] for delta in marin_view.json()["deltas"]}
+
+
+def _wrong_audience(private_key: str) -> str:
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(private_key.encode(), password=None)
+    now = int(time.time())
+    claims = {
+        "iss": "marin",
+        "sub": "marin",
+        "aud": "airflow",
+        "role": "federation-peer",
+        "iat": now,
+        "exp": now + 60,
+        "jti": "x",
+    }
+    return jwt.encode(claims, key, algorithm="EdDSA")
+
+
+def test_cancelling_on_the_parent_kills_the_job_on_the_peer(federation):
+    run = federation.parent.trigger("e2e_job", {"job": gpu("sleep 300")}, user="alice")
+    federation.parent.wait_for_task_state("e2e_job", run, "run", ("deferred",))
+    job_id = job_of(federation.parent, run)
+    _wait(
+        lambda: (j := federation.peer_store.get_job(job_id)) is not None and j.state is JobState.RUNNING,
+        "the job to run on the peer",
+    )
+    federation.parent.set_run_state("e2e_job", run, "failed")
+    _wait(lambda: federation.peer_store.get_job(job_id).state is JobState.KILLED, "the peer to kill the job")
+    _wait(lambda: federation.parent_store.get_job(job_id).state is JobState.KILLED, "the parent to mirror it")
+    _wait(lambda: runner_runs(federation.peer, job_id)[0]["state"] == "failed", "the peer's runner run to fail")
+
+
+def test_a_handoff_whose_answer_is_lost_while_the_peer_api_server_restarts_is_delivered_once(federation):
+    peer = federation.peer
+    federation.proxy.lose_next(f"{API_PREFIX}/handoffs", lambda: peer.stop_component("api-server"))
+    run = federation.parent.trigger("e2e_job", {"job": gpu("echo delivered once")}, user="alice")
+    _wait(lambda: federation.proxy.lost, "the first delivery to reach the peer")
+    job_id = next(
+        j.job_id for j in federation.parent_store.list_jobs(limit=1000) if j.origin and j.origin.run_id == run
+    )
+    _wait(
+        lambda: federation.parent_store.get_job(job_id).delivery_attempts >= 1, "the parent to count a failed delivery"
+    )
+    assert federation.parent_store.get_job(job_id).handoff_state is HandoffState.PENDING
+    peer.start_component("api-server")
+    peer.wait_healthy()
+    assert federation.parent.wait_for_run("e2e_job", run, timeout=240) == "success"
+    # Whether the parent learnt of the delivery by replaying it or from the peer's next report,
+    # the peer admitted it once, recorded one run, and ran it once.
+    kinds = [e.kind for e in federation.peer_store.events(job_id)]
+    assert kinds.count("admitted") == 1 and "resubmitted" not in kinds
+    assert len(runner_runs(peer, job_id)) == 1
+    assert federation.peer_store.get_job(job_id).nonce == federation.parent_store.get_job(job_id).nonce
+    jobs_dir = peer.home / "iris" / "cw-east" / "default" / "jobs"
+    incarnations = list(jobs_dir.glob(job_directory_name(job_id) + "*"))
+    assert incarnations == [jobs_dir / job_directory_name(job_id)]
+    assert json.loads((incarnations[0] / "status.json").read_text())["attempts"] == 1
+
+
+def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federation):
+    job = gpu("echo incarnation $IRIS_JOB_NONCE", job_id="/alice/nightly-eval")
+    first = federation.parent.trigger("e2e_job", {"job": job}, user="alice")
+    assert federation.parent.wait_for_run("e2e_job", first) == "success"
+    first_nonce = federation.peer_store.get_job("/alice/nightly-eval").nonce
+    second = federation.parent.trigger("e2e_job", {"job": job}, user="alice")
+    assert federation.parent.wait_for_run("e2e_job", second) == "success"
+    received = federation.peer_store.get_job("/alice/nightly-eval")
+    assert received.nonce != first_nonce and received.state is JobState.SUCCEEDED
+    assert "resubmitted" in [e.kind for e in federation.parent_store.events("/alice/nightly-eval")]
+    assert sorted(r["state"] for r in runner_runs(federation.peer, "/alice/nightly-eval")) == ["success", "success"]
+
+
+def _wait(condition, what: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
