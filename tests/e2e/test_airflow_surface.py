@@ -214,5 +214,6 @@ def test_marking_a_deferred_task_failed_cancels_its_running_job_on_the_peer(depl
     assert response.status_code == 200, response.text
     _wait(lambda: store.get_job(job_id).state is JobState.KILLED, "the peer to report the job killed", timeout=60)
     job = store.get_job(job_id)
-    assert job.cancel_intent_version == 1 and job.cancel_delivered_version == 1
+    # The trigger's on_kill and the tick's check of the failed task may both ask: either is enough.
+    assert job.cancel_intent_version >= 1 and job.cancel_delivered_version == job.cancel_intent_version
     assert job.handoff_state is HandoffState.HANDED_OFF  # it reached the peer; the cancel followed it there
