@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from iris_airflow_provider.backends.base import JobReport
+from iris_airflow_provider.backends.base import JobReport, ReplicaReport
 from iris_airflow_provider.federation.states import JobState
 from iris_airflow_provider.peers.base import PeerErrorCode
 
@@ -58,6 +58,7 @@ class JobStatus(Body):
     exit_code: int | None = None
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
+    replicas: list[dict[str, Any]] = Field(default_factory=list)  # {"index", "state", "exit_code"}
     tombstone: bool = False
 
     def to_report(self) -> JobReport:
@@ -70,6 +71,9 @@ class JobStatus(Body):
             exit_code=self.exit_code,
             started_at_ms=self.started_at_ms,
             finished_at_ms=self.finished_at_ms,
+            replicas=tuple(
+                ReplicaReport(int(r["index"]), JobState(r["state"]), r.get("exit_code")) for r in self.replicas
+            ),
         )
 
 

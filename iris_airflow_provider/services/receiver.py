@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
+import sqlalchemy as sa
+
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.cluster.config import ClusterConfig
 from iris_airflow_provider.federation.constraints import satisfies_all
@@ -42,7 +44,14 @@ log = logging.getLogger(__name__)
 SYNC_OVERLAP = 500
 
 
-def job_status(job: JobRecord) -> JobStatus:
+def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
+    """A job as the peer API reports it; with ``backends``, its replicas as the backend running it sees them."""
+    replicas: list[dict[str, object]] = []
+    backend = (backends or {}).get(job.backend_id)
+    if backend is not None:
+        report = backend.status(job.job_id)
+        if report is not None and report.nonce == job.nonce:
+            replicas = [{"index": r.index, "state": r.state.value, "exit_code": r.exit_code} for r in report.replicas]
     return JobStatus(
         job_id=job.job_id,
         nonce=job.nonce,
@@ -52,6 +61,7 @@ def job_status(job: JobRecord) -> JobStatus:
         exit_code=job.exit_code,
         started_at_ms=job.started_at_ms,
         finished_at_ms=job.finished_at_ms,
+        replicas=replicas,
     )
 
 
@@ -83,6 +93,16 @@ class Receiver:
     def handoff(self, caller: str, request: HandoffRequest) -> HandoffResponse:
         spec = self._authorize(caller, request)
         backend_id = self._backend_for(spec, request.backend_id)
+        try:
+            return self._admit(caller, request, spec, backend_id)
+        except sa.exc.IntegrityError:  # only (requester, nonce) can collide once the job id is judged
+            raise PeerError(
+                PeerErrorCode.INVALID_ARGUMENT,
+                f"Nonce {request.nonce!r} was already used by {caller!r} for another job; "
+                "each handoff of a new job or incarnation needs a fresh nonce",
+            ) from None
+
+    def _admit(self, caller: str, request: HandoffRequest, spec: JobSpec, backend_id: str) -> HandoffResponse:
         existing = self.store.get_job(spec.job_id)
         if existing is None:
             admission = self.store.admit(
@@ -96,7 +116,7 @@ class Receiver:
                 nonce=request.nonce,
             )
             if not admission.created:  # a concurrent delivery won the insert: judge against it
-                return self.handoff(caller, request)
+                return self._admit(caller, request, spec, backend_id)
             job, replay = admission.job, False
         elif existing.direction is not Direction.RECEIVED or existing.peer_id != caller:
             raise PeerError(
@@ -124,7 +144,7 @@ class Receiver:
                 nonce=request.nonce,
             )
             if reincarnated is None:  # it came back to life under us: try again from the top
-                return self.handoff(caller, request)
+                return self._admit(caller, request, spec, backend_id)
             job, replay = reincarnated, False
         # Start it now, on the backend chosen above (idempotent by nonce): running it does not wait
         # for this cluster's scheduler, and survives the runner's task failing for its own reasons.
@@ -189,7 +209,8 @@ class Receiver:
         position = int(cursor) if cursor.isdigit() else None
         if position is None or position > latest:  # a new parent, or this store was reset: everything
             jobs = self.store.received_jobs(caller)
-            return SyncResponse(deltas=[job_status(j) for j in jobs], next_cursor=str(latest), cursor_stale=True)
+            deltas = [job_status(j, self.backends) for j in jobs]
+            return SyncResponse(deltas=deltas, next_cursor=str(latest), cursor_stale=True)
         changed = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP))
         records = self.store.get_jobs(changed)
         deltas = []
@@ -198,7 +219,7 @@ class Receiver:
             if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
                 deltas.append(JobStatus(job_id=job_id, nonce="", state="killed", tombstone=True))
             else:
-                deltas.append(job_status(job))
+                deltas.append(job_status(job, self.backends))
         return SyncResponse(deltas=deltas, next_cursor=str(latest))
 
     def terminate(self, caller: str, job_id: str) -> JobStatus:

@@ -1,0 +1,220 @@
+"""The peer side on a real store and a real process backend: who may hand a job over, idempotency by
+(requester, nonce), incarnations, requester-scoped sync, terminate and logs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iris_airflow_provider.cluster.build import build_local_backends
+from iris_airflow_provider.cluster.config import parse_cluster_config
+from iris_airflow_provider.federation.states import Direction, JobState
+from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
+from iris_airflow_provider.peers.wire import HandoffRequest
+from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.receiver import Receiver
+from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.store import FederationStore
+
+
+class Peer:
+    """Cluster ``cw-east`` receiving from ``marin``: one h100 backend; runner runs recorded, not created."""
+
+    def __init__(self, tmp_path: Path, store: FederationStore) -> None:
+        config = parse_cluster_config(
+            {
+                "name": "cw-east",
+                "state_dir": str(tmp_path / "state"),
+                "federation": {"allowed_submitters": ["*@example.com", "ops-bot"]},
+                "backends": [{"id": "default", "kind": "process", "devices": {"h100": 8}}],
+            }
+        )
+        self.store = store
+        self.federation = Federation(config, store, backends=build_local_backends(config), peers={})
+        self.runs: list[tuple[str, str]] = []
+        self.run_failures = 0
+        self.receiver = Receiver(self.federation, start_run=self._start_run)
+
+    def _start_run(self, job: JobRecord) -> None:
+        if self.run_failures:
+            self.run_failures -= 1
+            raise RuntimeError("the runner DAG is not parsed yet")
+        if (job.job_id, job.nonce) not in self.runs:
+            self.runs.append((job.job_id, job.nonce))
+
+    def handoff(self, nonce: str = "n1", *, caller: str = "marin", **overrides: Any) -> Any:
+        request = {
+            "job_id": "/alice/train",
+            "nonce": nonce,
+            "requester": caller,
+            "owner_principal": "alice@example.com",
+            "submitting_user": "alice@example.com",
+            "submitted_at_ms": 1,
+            "backend_id": "default",
+            "spec": {
+                "command": "echo trained",
+                "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}},
+            },
+            **overrides,
+        }
+        return self.receiver.handoff(caller, HandoffRequest.model_validate(request))
+
+    def wait_until_finished(self, job_id: str = "/alice/train") -> JobRecord:
+        deadline = time.monotonic() + 30
+        while True:
+            self.federation.tick()
+            job = self.store.get_job(job_id)
+            assert job is not None
+            if job.terminal:
+                return job
+            assert time.monotonic() < deadline, job
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def peer(tmp_path: Path, store: FederationStore) -> Iterator[Peer]:
+    peer = Peer(tmp_path, store)
+    yield peer
+    for backend in peer.federation.backends.values():
+        for job_id in backend.live_job_ids():  # type: ignore[attr-defined]
+            backend.cancel(job_id)
+
+
+def refused(call: Any, code: PeerErrorCode) -> str:
+    with pytest.raises(PeerError) as caught:
+        call()
+    assert caught.value.code is code, caught.value
+    return caught.value.message
+
+
+def test_a_handoff_is_admitted_under_the_parents_id_started_here_and_recorded_as_a_run(peer: Peer) -> None:
+    answer = peer.handoff()
+    assert not answer.replay and answer.job.nonce == "n1"
+    job = peer.store.get_job("/alice/train")
+    assert (job.direction, job.peer_id, job.submitting_user, job.backend_id) == (
+        Direction.RECEIVED,
+        "marin",
+        "alice@example.com",
+        "default",
+    )
+    assert peer.runs == [("/alice/train", "n1")]
+    assert answer.job.state in (JobState.RUNNING, JobState.SUCCEEDED)  # it started at once
+    assert peer.wait_until_finished().state is JobState.SUCCEEDED
+
+
+def test_the_same_nonce_again_is_a_replay_of_the_same_job(peer: Peer) -> None:
+    peer.handoff()
+    again = peer.handoff()
+    assert again.replay and again.job.nonce == "n1"
+    kinds = [e.kind for e in peer.store.events("/alice/train")]
+    assert kinds.count("admitted") == 1 and "replayed" in kinds
+    assert peer.runs == [("/alice/train", "n1")]
+
+
+def test_a_new_nonce_is_refused_while_the_job_runs_and_becomes_a_new_incarnation_after(peer: Peer) -> None:
+    peer.handoff(spec={"command": "sleep 30", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}})
+    message = refused(lambda: peer.handoff("n2"), PeerErrorCode.ALREADY_EXISTS)
+    assert "still running here" in message
+    peer.receiver.terminate("marin", "/alice/train")
+    peer.wait_until_finished()
+    answer = peer.handoff("n2")
+    assert not answer.replay and peer.store.get_job("/alice/train").nonce == "n2"
+    assert peer.runs == [("/alice/train", "n1"), ("/alice/train", "n2")]
+
+
+def test_a_job_of_another_requester_or_of_this_cluster_is_already_there(peer: Peer) -> None:
+    peer.handoff()
+    message = refused(lambda: peer.handoff("n9", caller="other"), PeerErrorCode.ALREADY_EXISTS)
+    assert message == "Job /alice/train already exists and was not handed off by 'other'"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code", "message"),
+    [
+        ({"requester": "someone-else"}, PeerErrorCode.PERMISSION_DENIED, "does not match the authenticated peer"),
+        ({"submitting_user": ""}, PeerErrorCode.PERMISSION_DENIED, "accountable submitter"),
+        ({"submitting_user": "local_admin"}, PeerErrorCode.PERMISSION_DENIED, "accountable submitter"),
+        ({"submitting_user": "mallory@evil.example"}, PeerErrorCode.PERMISSION_DENIED, "is not admitted"),
+        ({"job_id": "/alice/train/child"}, PeerErrorCode.INVALID_ARGUMENT, "must be a root job"),
+        (
+            {"spec": {"resources": {"device": {"type": "gpu", "variant": "h100", "count": 0}}}},
+            PeerErrorCode.INVALID_ARGUMENT,
+            "spec.resources.device.count: must be >= 1",
+        ),
+        (
+            {"spec": {"resources": {"device": {"type": "gpu", "variant": "gb200", "count": 1}}}},
+            PeerErrorCode.INVALID_ARGUMENT,
+            "no backend of cluster cw-east can host",
+        ),
+    ],
+)
+def test_refused_handoffs_say_why_and_leave_nothing_behind(
+    peer: Peer, overrides: dict[str, Any], code: PeerErrorCode, message: str
+) -> None:
+    assert message in refused(lambda: peer.handoff(**overrides), code)
+    assert peer.store.list_jobs(limit=10) == [] and peer.runs == []
+
+
+def test_allowed_submitters_match_exact_names_and_domains_in_any_case(peer: Peer) -> None:
+    peer.handoff("n-a", submitting_user="Bob@EXAMPLE.com", job_id="/bob/a")
+    peer.handoff("n-b", submitting_user="ops-bot", job_id="/ops/b")
+    refused(lambda: peer.handoff("n-c", submitting_user="ops-bot2", job_id="/ops/c"), PeerErrorCode.PERMISSION_DENIED)
+
+
+def test_a_nonce_reused_for_another_job_is_refused_and_writes_nothing(peer: Peer) -> None:
+    peer.handoff("n1", job_id="/alice/a")
+    message = refused(lambda: peer.handoff("n1", job_id="/alice/b"), PeerErrorCode.INVALID_ARGUMENT)
+    assert "'n1'" in message and "fresh nonce" in message
+    assert peer.store.get_job("/alice/b") is None and peer.runs == [("/alice/a", "n1")]
+
+
+def test_a_run_that_cannot_be_created_yet_makes_the_parent_retry_and_the_retry_creates_it(peer: Peer) -> None:
+    peer.run_failures = 1
+    refused(lambda: peer.handoff(), PeerErrorCode.UNAVAILABLE)
+    assert peer.runs == []
+    assert peer.handoff().replay  # the job was kept; the replay creates the run
+    assert peer.runs == [("/alice/train", "n1")]
+
+
+def test_sync_reports_only_the_callers_jobs_with_a_full_snapshot_for_a_stale_cursor(peer: Peer) -> None:
+    peer.handoff()
+    peer.handoff(caller="other", requester="other", job_id="/carol/x")
+    first = peer.receiver.sync("marin", "")
+    assert first.cursor_stale and [d.job_id for d in first.deltas] == ["/alice/train"]
+    peer.wait_until_finished()
+    later = peer.receiver.sync("marin", first.next_cursor)
+    assert not later.cursor_stale
+    (delta,) = [d for d in later.deltas if d.job_id == "/alice/train"]
+    assert (delta.state, delta.exit_code) == (JobState.SUCCEEDED, 0)
+    assert delta.replicas and delta.replicas[0]["exit_code"] == 0
+    assert all(d.job_id != "/carol/x" for d in later.deltas)
+    reset = peer.receiver.sync("marin", str(int(later.next_cursor) + 1000))  # the parent is ahead: this store was reset
+    assert reset.cursor_stale
+
+
+def test_terminate_cancels_a_running_job_re_reports_a_finished_one_and_knows_only_the_callers(peer: Peer) -> None:
+    peer.handoff(spec={"command": "sleep 30", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}})
+    peer.receiver.terminate("marin", "/alice/train")
+    assert peer.wait_until_finished().state is JobState.KILLED
+    before = len(peer.store.events("/alice/train"))
+    peer.receiver.terminate("marin", "/alice/train")  # finished: re-reported so a stuck mirror converges
+    assert (
+        peer.store.events("/alice/train")[-1].kind == "rereported" and len(peer.store.events("/alice/train")) > before
+    )
+    assert "not found" in refused(lambda: peer.receiver.terminate("other", "/alice/train"), PeerErrorCode.NOT_FOUND)
+    refused(lambda: peer.receiver.logs("other", "/alice/train", "", 10), PeerErrorCode.NOT_FOUND)
+
+
+def test_logs_are_the_jobs_output_and_a_cursor_returns_only_new_lines(peer: Peer) -> None:
+    peer.handoff(
+        spec={"command": "echo one; echo two", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}}
+    )
+    peer.wait_until_finished()
+    first = peer.receiver.logs("marin", "/alice/train", "", 1)
+    assert first.lines == ["[replica 0] one"] and first.truncated
+    rest = peer.receiver.logs("marin", "/alice/train", first.next_cursor, 10)
+    assert rest.lines == ["[replica 0] two"]
