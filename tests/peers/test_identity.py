@@ -1,0 +1,152 @@
+"""Signed peer identity: which tokens a cluster accepts from its peers, and which it refuses and why."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
+
+from iris_airflow_provider.peers.identity import (
+    AUDIENCE,
+    ROLE,
+    TokenMinter,
+    TokenVerifier,
+    UnauthenticatedError,
+    generate_keypair,
+    read_pem,
+    submitter_admitted,
+)
+
+MARIN_PRIVATE, MARIN_PUBLIC = generate_keypair()
+OTHER_PRIVATE, OTHER_PUBLIC = generate_keypair()
+
+
+@pytest.fixture
+def verifier() -> TokenVerifier:
+    return TokenVerifier({"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
+
+
+def bearer(token: str) -> str:
+    return f"Bearer {token}"
+
+
+def hand_made(private_pem: str, **overrides: Any) -> str:
+    """A token with the claims a minter would put in, some of them overridden (``None`` drops one)."""
+    now = int(time.time())
+    claims = {"iss": "marin", "sub": "marin", "aud": AUDIENCE, "role": ROLE, "iat": now, "exp": now + 300, "jti": "x"}
+    claims.update(overrides)
+    claims = {name: value for name, value in claims.items() if value is not None}
+    key = serialization.load_pem_private_key(private_pem.encode(), password=None)
+    return jwt.encode(claims, key, algorithm="EdDSA")  # type: ignore[arg-type]
+
+
+def refusal(verifier: TokenVerifier, authorization: str | None) -> str:
+    with pytest.raises(UnauthenticatedError) as caught:
+        verifier.verify(authorization)
+    return str(caught.value)
+
+
+def test_a_minted_token_names_the_calling_cluster(verifier: TokenVerifier) -> None:
+    assert verifier.verify(bearer(TokenMinter("marin", MARIN_PRIVATE).mint())) == "marin"
+    assert verifier.verify(bearer(TokenMinter("cw-west", OTHER_PRIVATE).mint())) == "cw-west"
+
+
+def test_every_token_is_unique_and_short_lived() -> None:
+    minter = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: 1_000_000)
+    first, second = (jwt.decode(minter.mint(), options={"verify_signature": False}) for _ in range(2))
+    assert first["jti"] != second["jti"]
+    assert first["exp"] - first["iat"] == 300 and first["aud"] == AUDIENCE and first["role"] == ROLE
+
+
+@pytest.mark.parametrize(
+    ("authorization", "says"),
+    [
+        (None, "needs an 'Authorization: Bearer <token>' header"),
+        ("Basic bWFyaW46cHc=", "needs an 'Authorization: Bearer <token>' header"),
+        ("Bearer not-a-jwt", "malformed token"),
+    ],
+)
+def test_a_missing_or_malformed_token_is_refused(verifier: TokenVerifier, authorization: str | None, says: str) -> None:
+    assert says in refusal(verifier, authorization)
+
+
+def test_a_token_from_a_cluster_not_configured_here_is_refused(verifier: TokenVerifier) -> None:
+    token = TokenMinter("stranger", generate_keypair()[0]).mint()
+    assert "'stranger', which is not a trusted federation peer here" in refusal(verifier, bearer(token))
+
+
+def test_a_token_signed_with_another_clusters_key_is_refused(verifier: TokenVerifier) -> None:
+    forged = TokenMinter("marin", OTHER_PRIVATE).mint()  # cw-west pretending to be marin
+    assert "Signature verification failed" in refusal(verifier, bearer(forged))
+
+
+def test_an_expired_token_is_refused_beyond_the_clock_leeway(verifier: TokenVerifier) -> None:
+    ten_minutes_ago = time.time() - 600
+    expired = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: ten_minutes_ago).mint()
+    assert "expired" in refusal(verifier, bearer(expired))
+    slightly_skewed = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: time.time() - 310).mint()
+    assert verifier.verify(bearer(slightly_skewed)) == "marin"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"aud": "airflow"}, "Audience doesn't match"),
+        ({"aud": None}, 'Token is missing the "aud" claim'),
+        ({"jti": None}, 'Token is missing the "jti" claim'),
+        ({"sub": "cw-west"}, "is not a federation-peer token"),
+        ({"role": "admin"}, "is not a federation-peer token"),
+        ({"exp": int(time.time()) + 86_400}, "lives longer than 300 s"),
+    ],
+)
+def test_a_token_with_the_wrong_claims_is_refused(
+    verifier: TokenVerifier, overrides: dict[str, Any], says: str
+) -> None:
+    assert says in refusal(verifier, bearer(hand_made(MARIN_PRIVATE, **overrides)))
+
+
+def test_only_ed25519_keys_are_accepted() -> None:
+    ec_key = generate_private_key(SECP256R1())
+    private = ec_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        ec_key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    with pytest.raises(ValueError, match="must be an Ed25519 key"):
+        TokenMinter("marin", private)
+    with pytest.raises(ValueError, match="public key of peer 'marin' must be an Ed25519 key"):
+        TokenVerifier({"marin": public})
+
+
+def test_a_key_is_read_inline_or_from_a_file(tmp_path: Any) -> None:
+    path = tmp_path / "marin.pub"
+    path.write_text(MARIN_PUBLIC)
+    assert read_pem(str(path)) == read_pem(MARIN_PUBLIC) == MARIN_PUBLIC
+
+
+@pytest.mark.parametrize(
+    ("patterns", "submitter", "admitted"),
+    [
+        (["*"], "anyone", True),
+        (["*@example.com"], "alice@example.com", True),
+        (["*@example.com"], "Alice@EXAMPLE.COM", True),
+        (["*@EXAMPLE.com"], "alice@example.com", True),
+        (["*@example.com"], "alice@example.com.evil.org", False),
+        (["*@example.com"], "alice@sub.example.com", False),
+        (["*@example.com"], "example.com", False),
+        (["ops-bot"], "ops-bot", True),
+        (["ops-bot"], "ops-bot2", False),
+        (["ops-bot"], "OPS-BOT", False),
+        ([], "alice@example.com", False),
+        (["ops-bot", "*@example.com"], "bob@example.com", True),
+    ],
+)
+def test_allowed_submitters(patterns: list[str], submitter: str, admitted: bool) -> None:
+    assert submitter_admitted(patterns, submitter) is admitted
