@@ -27,10 +27,10 @@ from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.federation.availability import PeerBackend, PeerState
 from iris_airflow_provider.federation.explain import explain
 from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.placement import Candidate, plan
+from iris_airflow_provider.federation.placement import plan
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.runner import RUNNER_DAG_ID, runner_run_id
-from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.federation import Federation, candidate_of
 from iris_airflow_provider.store.queries import ActiveCount, MonitoringQueries, job_dag_id
 from iris_airflow_provider.store.records import BackendRecord, JobRecord, pending_reason_history
 from iris_airflow_provider.store.schema import job_logs
@@ -289,6 +289,8 @@ def describe_job(federation: Federation, job: JobRecord, now_ms: int) -> dict[st
         delivery_attempts=job.delivery_attempts,
         next_delivery_at_ms=job.next_delivery_at_ms,
         last_delivery_error=job.last_delivery_error,
+        requeue_count=job.requeue_count,
+        avoided_peers=job.avoided_peer_ids(now_ms),
         spec=_redacted_spec(job.spec),
         events=[
             {
@@ -346,7 +348,7 @@ def explain_job(federation: Federation, job: JobRecord, now_ms: int) -> dict[str
 
 def _explain_queued(federation: Federation, job: JobRecord, now_ms: int) -> dict[str, Any]:
     queued = federation.store.queued_jobs()
-    candidates = [Candidate.from_job(j.job_spec, j.submitted_at_ms) for j in queued]
+    candidates = [candidate_of(j, now_ms) for j in queued]
     mine = next((c for c in candidates if c.job_id == job.job_id), None)
     if mine is None:  # promoted or cancelled since it was read
         return {"status": "changed", "summary": "It changed while being explained; reload."}

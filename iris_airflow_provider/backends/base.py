@@ -18,6 +18,10 @@ class SubmissionRefusedError(Exception):
     """The backend can never run this job (e.g. a device it does not have); the message says why."""
 
 
+class InsufficientCapacityError(SubmissionRefusedError):
+    """The backend has the job's kind of device, but never enough of it: another cluster might."""
+
+
 @dataclass(frozen=True, slots=True)
 class Submission:
     job_id: str

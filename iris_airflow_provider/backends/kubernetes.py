@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
+    InsufficientCapacityError,
     JobReport,
     LogChunk,
     ReplicaReport,
@@ -381,7 +382,7 @@ class KubernetesBackend:
                 f"it has {', '.join(sorted(capacity.variants)) or 'none'}"
             )
         if offered.largest_node and device.count > offered.largest_node:
-            raise SubmissionRefusedError(
+            raise InsufficientCapacityError(
                 f"backend {self.backend_id}: a replica needs {device.count} {device.variant} GPUs, "
                 f"but no node has more than {offered.largest_node}"
             )

@@ -30,6 +30,7 @@ from typing import Any
 
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
+    InsufficientCapacityError,
     JobReport,
     LogChunk,
     ReplicaReport,
@@ -302,7 +303,9 @@ class ProcessBackend:
             total = self.devices.get(variant, 0)
             if total >= device.count * spec.resources.replicas:
                 return {variant: device.count * spec.resources.replicas}
-        raise SubmissionRefusedError(
+        # Too few of a variant it has: another cluster may be larger. None of it at all: a wrong shape.
+        refusal = InsufficientCapacityError if any(v in self.devices for v in variants) else SubmissionRefusedError
+        raise refusal(
             f"backend {self.backend_id} cannot ever host {spec.resources.replicas} x {device.count} "
             f"{device.variant}: it has {self.devices or 'no devices'}"
         )

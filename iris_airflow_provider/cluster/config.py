@@ -244,6 +244,14 @@ class PlacementSettings(StrictModel):
     heartbeat_staleness_seconds: float = Field(default=120, gt=0)
     heartbeat_timeout_seconds: float = Field(default=10, gt=0)
     delivery_timeout_seconds: float = Field(default=180, gt=0)
+    # Requeue (beyond the reference): an unpinned job a peer cannot take goes back to the queue.
+    requeue_after_seconds: float = Field(
+        default=300, gt=0, description="how long an unpinned handoff may keep failing to deliver before it is requeued"
+    )
+    requeue_avoid_seconds: float = Field(
+        default=900, gt=0, description="how long a requeued job stays away from the peer it left"
+    )
+    max_requeues: int = Field(default=3, ge=0, description="requeues a job may spend before it fails")
 
 
 class ClusterConfig(StrictModel):

@@ -39,6 +39,8 @@ def explain(
             status = "unreachable"
         elif not peer.is_reachable(now_ms, staleness_ms):
             status = f"stale: last heartbeat {(now_ms - peer.last_contact_ms) // 1000}s ago"
+        elif peer.peer_id in candidate.avoided_peer_ids:
+            status = "avoided: it could not take this job recently (requeued from it)"
         elif result.promoted_per_peer.get(peer.peer_id, 0) >= max_per_peer:
             status = f"reached {max_per_peer} promotions this tick"
         backends: list[dict[str, Any]] = []
@@ -93,6 +95,12 @@ def _summary(
         return f"Pinned to peer {candidate.pinned_peer_id}, which is not configured."
     usable = [row for row in peer_rows if row["status"] == "ok"]
     if not usable:
+        avoided = [row["peer_id"] for row in peer_rows if row["status"].startswith("avoided")]
+        if avoided:
+            return (
+                f"It was requeued from {', '.join(avoided)}, which it avoids for now, and no other peer it "
+                "may use is reachable; it waits for one, or for the avoidance to end."
+            )
         if blocked_by_cap:
             capped = ", ".join(blocked_by_cap)
             return f"Every usable peer reached its promotions for this tick ({capped}); it is retried next tick."

@@ -12,6 +12,7 @@ Rules (the reference's ``assign_queued``, plus where DESIGN.md goes beyond it):
 - best first: a backend whose capacity is visible over a shape-only one; no preemption over
   preemption; the tightest fit; for ungated jobs, the peer with the fewest promotions so far in
   this pass (spreading instead of piling onto one peer); then peer id, then backend id;
+- a job never goes to a peer it currently avoids (one that recently failed to take it);
 - a pinned job only goes to its peer, and is force-routed there (backend ``""``) when the peer
   advertises no matching backend; so is a job without routing constraints on a peer with no
   backends;
@@ -66,9 +67,11 @@ class Candidate:
     shape: tuple[Constraint, ...] = ()
     gate: tuple[tuple[str, int], ...] = ()
     deadline_ms: int | None = None
+    # Peers this job must not go to now: they recently failed to take it (requeued from them).
+    avoided_peer_ids: frozenset[str] = frozenset()
 
     @classmethod
-    def from_job(cls, job: JobSpec, submitted_at_ms: int) -> Candidate:
+    def from_job(cls, job: JobSpec, submitted_at_ms: int, avoided_peer_ids: Iterable[str] = ()) -> Candidate:
         return cls(
             job_id=job.job_id,
             band=job.priority_band,
@@ -77,6 +80,7 @@ class Candidate:
             shape=job.routing,
             gate=tuple(sorted(job.gate.items())),
             deadline_ms=job.scheduling_deadline_ms,
+            avoided_peer_ids=frozenset(avoided_peer_ids),
         )
 
     def queue_key(self) -> tuple[int, int, str]:
@@ -224,6 +228,8 @@ def plan(
         if candidate.pinned_peer_id:
             pinned = peer_index.get(candidate.pinned_peer_id)
             per_peer = [] if pinned is None else [per_peer[pinned]]
+        if candidate.avoided_peer_ids:
+            per_peer = [peer for peer in per_peer if peer.peer_id not in candidate.avoided_peer_ids]
         tracked: list[_Tracked] = []
         shape_only: list[tuple[int, str, str]] = []
         for peer in per_peer:
@@ -245,6 +251,7 @@ def plan(
             candidate.pinned_peer_id,
             candidate.band,
             tuple([t for t, _ in candidate.gate]) if candidate.gate else (),
+            candidate.avoided_peer_ids,
         )
         opts = options.get(class_key)
         if opts is None:

@@ -36,3 +36,8 @@ def pending_on_peer(peer_id: str) -> str:
 
 def peer_rejected(peer_id: str, message: str) -> str:
     return f"Peer {peer_id} rejected the handoff: {message}"
+
+
+def requeues_exhausted(requeues: int, peer_id: str, message: str) -> str:
+    """Beyond the seed: the job went back to the queue ``requeues`` times and the last peer failed too."""
+    return f"No federation peer could take the job after {requeues} requeue(s); peer {peer_id}: {message}"

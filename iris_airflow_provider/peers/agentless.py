@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
     Backend,
+    InsufficientCapacityError,
     JobReport,
     LogChunk,
     Submission,
@@ -55,6 +56,8 @@ class AgentlessPeer:
             return backend.submit(submission).report
         except AlreadyExistsError as error:
             raise PeerError(PeerErrorCode.ALREADY_EXISTS, str(error)) from error
+        except InsufficientCapacityError as error:
+            raise PeerError(PeerErrorCode.RESOURCE_EXHAUSTED, str(error)) from error
         except SubmissionRefusedError as error:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, str(error)) from error
         except OSError as error:
@@ -71,8 +74,12 @@ class AgentlessPeer:
             raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error
         return SyncResult(reports, frozenset(job_ids) - reports.keys(), cursor)
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, nonce: str = "") -> bool:
         try:
+            if nonce:  # only that incarnation: a later one of the same job may run here now
+                reports = (backend.status(job_id) for backend in self.backends.values())
+                if not any(report is not None and report.nonce == nonce for report in reports):
+                    return False
             return any(backend.cancel(job_id) for backend in self.backends.values())
         except OSError as error:
             raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error

@@ -104,9 +104,9 @@ class AirflowPeer:
             gone |= set(job_ids) - reports.keys()
         return SyncResult(reports, frozenset(gone), body.next_cursor)
 
-    def cancel(self, job_id: str) -> bool:
+    def cancel(self, job_id: str, nonce: str = "") -> bool:
         try:
-            self._call("POST", "/terminate", json={"job_id": job_id})
+            self._call("POST", "/terminate", json={"job_id": job_id, "nonce": nonce})
         except PeerError as error:
             if error.code is PeerErrorCode.NOT_FOUND:
                 return False

@@ -18,6 +18,7 @@ class PeerErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     UNAUTHENTICATED = "unauthenticated"
     UNAVAILABLE = "unavailable"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
     UNKNOWN = "unknown"
 
 
@@ -27,6 +28,9 @@ class PeerErrorCode(StrEnum):
 TERMINAL_HANDOFF_CODES = frozenset(
     {PeerErrorCode.ALREADY_EXISTS, PeerErrorCode.PERMISSION_DENIED, PeerErrorCode.INVALID_ARGUMENT}
 )
+# Answers that say "not here, but maybe elsewhere": the job goes back to the queue and avoids this
+# peer for a while (the reference kills it, or retries the same peer forever).
+REQUEUE_HANDOFF_CODES = frozenset({PeerErrorCode.RESOURCE_EXHAUSTED})
 
 
 class PeerError(Exception):
@@ -38,6 +42,10 @@ class PeerError(Exception):
     @property
     def terminal(self) -> bool:
         return self.code in TERMINAL_HANDOFF_CODES
+
+    @property
+    def requeues(self) -> bool:
+        return self.code in REQUEUE_HANDOFF_CODES
 
     def __str__(self) -> str:
         return f"{self.code.value}: {self.message}"
@@ -79,8 +87,9 @@ class Peer(Protocol):
         """What the peer reports on the jobs this cluster handed it."""
         ...
 
-    def cancel(self, job_id: str) -> bool:
-        """Stop the job there; False when the peer does not have it. Raises PeerError to be retried."""
+    def cancel(self, job_id: str, nonce: str = "") -> bool:
+        """Stop the job there (only incarnation ``nonce`` when given); False when the peer does not
+        have it. Raises PeerError to be retried."""
         ...
 
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk: ...

@@ -19,6 +19,7 @@ STATUS_OF = {
     PeerErrorCode.PERMISSION_DENIED: 403,
     PeerErrorCode.NOT_FOUND: 404,
     PeerErrorCode.ALREADY_EXISTS: 409,
+    PeerErrorCode.RESOURCE_EXHAUSTED: 429,
     PeerErrorCode.UNKNOWN: 500,
     PeerErrorCode.UNAVAILABLE: 503,
 }
@@ -94,6 +95,7 @@ class SyncResponse(Body):
 
 class TerminateRequest(Body):
     job_id: str
+    nonce: str = ""  # only this incarnation, when given (a stray one left behind by a requeue)
 
 
 class LogsResponse(Body):

@@ -81,8 +81,8 @@ def sync(request: SyncRequest, peer: Caller, receiving: ReceiverDep) -> SyncResp
 
 @app.post("/terminate")
 def terminate(request: TerminateRequest, peer: Caller, receiving: ReceiverDep) -> JobStatus:
-    """Cancel a job the caller handed off; a finished one is re-reported."""
-    return receiving.terminate(peer, request.job_id)
+    """Cancel a job the caller handed off (only incarnation ``nonce``, when given); a finished one is re-reported."""
+    return receiving.terminate(peer, request.job_id, request.nonce)
 
 
 @app.get("/logs")

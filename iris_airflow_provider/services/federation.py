@@ -32,7 +32,7 @@ from iris_airflow_provider.federation.router import Decision, Disposition, class
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, PeerErrorCode
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
-from iris_airflow_provider.store.store import FederationStore
+from iris_airflow_provider.store.store import AbandonedHandoff, FederationStore, RequeueOutcome
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ class TickReport:
     delivered: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     retrying: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)  # back to the queue from a peer that could not take them
     reported: list[str] = field(default_factory=list)  # jobs whose state changed from a report
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
     pending: int = 0
@@ -91,7 +92,7 @@ class TickReport:
 
     def summary(self) -> str:
         parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
-        for name in ("expired", "promoted", "delivered", "rejected", "retrying", "reported", "cancelled"):
+        for name in ("expired", "promoted", "delivered", "rejected", "retrying", "requeued", "reported", "cancelled"):
             items: list[str] = getattr(self, name)
             if items:
                 parts.append(f"{name} {len(items)}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
@@ -279,6 +280,7 @@ class Federation:
         in_flight = self._sync(report)
         self._relay_logs(in_flight)
         self._redrive_cancels(report)
+        self._terminate_abandoned(report)
         report.duration_ms = self.clock() - report.started_at_ms
         log.info("Federation tick: %s", report.summary())
         return report
@@ -331,8 +333,8 @@ class Federation:
         return outcome
 
     def _place(self, report: TickReport) -> None:
-        queued = self.store.queued_jobs()
-        candidates = [Candidate.from_job(job.job_spec, job.submitted_at_ms) for job in queued]
+        now = self.clock()
+        candidates = [candidate_of(job, now) for job in self.store.queued_jobs()]
         result = plan(
             candidates,
             self.store.peer_states(),
@@ -373,14 +375,14 @@ class Federation:
 
         targets = {peer_id: self.peers[peer_id] for peer_id in by_peer if peer_id in self.peers}
         for peer_id, jobs in by_peer.items():
-            if peer_id not in self.peers:
+            if peer_id not in self.peers:  # removed from the configuration since the promotion
                 for job in jobs:
-                    self._retry_delivery(job, f"peer {peer_id} is not configured", report)
+                    self._delivery_failed(job, f"peer {peer_id} is not configured", report, hopeless=True)
         results = _each_peer(targets, deliver_all, self.settings.delivery_timeout_seconds)
         for peer_id, result in results.items():
             if isinstance(result, BaseException):
                 for job in by_peer[peer_id]:
-                    self._retry_delivery(job, str(result), report)
+                    self._delivery_failed(job, str(result), report)
                 continue
             for job, outcome in result:
                 if isinstance(outcome, JobReport):
@@ -391,7 +393,34 @@ class Federation:
                     self.store.reject_handoff(job.job_id, job.nonce, outcome.message, self.clock())
                     report.rejected.append(job.job_id)
                 else:
-                    self._retry_delivery(job, str(outcome), report)
+                    self._delivery_failed(job, str(outcome), report, hopeless=outcome.requeues)
+
+    def _delivery_failed(self, job: JobRecord, error: str, report: TickReport, *, hopeless: bool = False) -> None:
+        """Retry later on the same peer; or, for an unpinned job the peer cannot take (``hopeless``)
+        or has failed to take for ``requeue_after_seconds``, back to the queue to try another."""
+        failing_for = self.clock() - (job.handoff_since_ms or self.clock())
+        if not job.job_spec.pin and (hopeless or failing_for >= self.settings.requeue_after_seconds * 1000):
+            self._requeue(job, error, report)
+        else:
+            self._retry_delivery(job, error, report)
+
+    def _requeue(self, job: JobRecord, error: str, report: TickReport) -> None:
+        now = self.clock()
+        outcome = self.store.requeue_handoff(
+            job.job_id,
+            job.nonce,
+            peer_id=job.peer_id,
+            reason=error,
+            avoid_until_ms=now + int(self.settings.requeue_avoid_seconds * 1000),
+            max_requeues=self.settings.max_requeues,
+            now_ms=now,
+        )
+        if outcome is RequeueOutcome.REQUEUED:
+            log.warning("Requeued %s: peer %s could not take it: %s", job.job_id, job.peer_id, error)
+            report.requeued.append(job.job_id)
+        elif outcome is RequeueOutcome.EXHAUSTED:
+            log.warning("Gave up on %s after %d requeue(s): %s", job.job_id, job.requeue_count, error)
+            report.rejected.append(job.job_id)
 
     def _retry_delivery(self, job: JobRecord, error: str, report: TickReport) -> None:
         backoff = min(DELIVERY_BACKOFF_MAX_MS, DELIVERY_BACKOFF_BASE_MS * 2 ** min(job.delivery_attempts, 16))
@@ -517,6 +546,32 @@ class Federation:
         for job in self.store.pending_cancels():
             if self._deliver_cancel(job):
                 report.cancelled.append(job.job_id)
+
+    def _terminate_abandoned(self, report: TickReport) -> None:
+        """Stop incarnations a requeue left behind on peers that may have admitted them; peers in parallel."""
+        by_peer: dict[str, list[AbandonedHandoff]] = defaultdict(list)
+        for handoff in self.store.abandoned_handoffs():
+            if handoff.peer_id in self.peers:  # one removed from the configuration cannot be asked
+                by_peer[handoff.peer_id].append(handoff)
+
+        def terminate_all(peer: Peer) -> None:
+            for handoff in by_peer[peer.peer_id]:
+                terminated = peer.cancel(handoff.job_id, handoff.nonce)  # a PeerError: asked again next tick
+                self.store.forget_abandoned(handoff, self.clock(), terminated=terminated)
+                if terminated:
+                    log.warning("Terminated %s on peer %s, left there by a requeue", handoff.job_id, peer.peer_id)
+                    report.cancelled.append(handoff.job_id)
+
+        for peer_id, result in _each_peer(
+            {p: self.peers[p] for p in by_peer}, terminate_all, self.settings.heartbeat_timeout_seconds
+        ).items():
+            if isinstance(result, BaseException):
+                log.info("Could not reach peer %s about jobs left there by a requeue: %s", peer_id, result)
+
+
+def candidate_of(job: JobRecord, now_ms: int) -> Candidate:
+    """A queued job as the placement pass sees it at ``now_ms``."""
+    return Candidate.from_job(job.job_spec, job.submitted_at_ms, job.avoided_peer_ids(now_ms))
 
 
 def _decision_of(job: JobRecord) -> Decision:

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.cluster.config import ClusterConfig
+from iris_airflow_provider.federation.availability import PeerBackend
 from iris_airflow_provider.federation.constraints import satisfies_all
 from iris_airflow_provider.federation.errors import SpecError
 from iris_airflow_provider.federation.model import JobSpec, parse_job
@@ -185,16 +186,24 @@ class Receiver:
     def _backend_for(self, spec: JobSpec, wanted: str) -> str:
         """The local backend the job runs on: the one placement chose, else the first that fits."""
         routing = spec.routing
-        fitting = [b.backend_id for b in self.backends.values() if satisfies_all(b.describe().advertised, routing)]
-        if wanted in fitting:
-            return wanted
-        if fitting:
-            return fitting[0]
-        raise PeerError(
-            PeerErrorCode.INVALID_ARGUMENT,
-            f"no backend of cluster {self.config.name} can host job {spec.job_id} "
-            f"(constraints: {', '.join(str(c) for c in routing) or 'none'})",
-        )
+        described = [b.describe() for b in self.backends.values()]
+        matching = [b for b in described if satisfies_all(b.advertised, routing)]
+        if not matching:
+            raise PeerError(
+                PeerErrorCode.INVALID_ARGUMENT,
+                f"no backend of cluster {self.config.name} can host job {spec.job_id} "
+                f"(constraints: {', '.join(str(c) for c in routing) or 'none'})",
+            )
+        # Its shape matches but no backend is big enough, ever: not here, but maybe on another
+        # peer, so the parent requeues it instead of leaving it in this cluster's queue forever.
+        fitting = [b.backend_id for b in matching if _could_ever_hold(b, spec.gate)]
+        if not fitting:
+            need = ", ".join(f"{amount} {token}" for token, amount in sorted(spec.gate.items()))
+            raise PeerError(
+                PeerErrorCode.RESOURCE_EXHAUSTED,
+                f"no backend of cluster {self.config.name} is large enough for job {spec.job_id} (needs {need})",
+            )
+        return wanted if wanted in fitting else fitting[0]
 
     # What the parent may ask about jobs it handed off ------------------------------------------
 
@@ -222,8 +231,10 @@ class Receiver:
                 deltas.append(job_status(job, self.backends))
         return SyncResponse(deltas=deltas, next_cursor=str(latest))
 
-    def terminate(self, caller: str, job_id: str) -> JobStatus:
+    def terminate(self, caller: str, job_id: str, nonce: str = "") -> JobStatus:
         job = self._handed_by(caller, job_id)
+        if nonce and job.nonce != nonce:
+            raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} is not here as incarnation {nonce}")
         if job.terminal:
             # Already over: re-report it anyway, so a parent whose mirror is stuck converges.
             self.store.record_event(job_id, "rereported", self.clock())
@@ -238,3 +249,9 @@ class Receiver:
             return LogsResponse(lines=[], next_cursor=cursor)
         chunk = backend.logs(job_id, cursor, max(1, min(max_lines, 5000)))
         return LogsResponse(lines=list(chunk.lines), next_cursor=chunk.next_cursor, truncated=chunk.truncated)
+
+
+def _could_ever_hold(backend: PeerBackend, gate: Mapping[str, int]) -> bool:
+    """Whether the backend's totals cover the job's gate (a backend that reports no totals might)."""
+    totals = backend.availability.total_amounts if backend.availability is not None else {}
+    return not totals or all(totals.get(token, 0) >= amount for token, amount in gate.items())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from iris_airflow_provider.federation.model import JobSpec
@@ -50,6 +50,9 @@ class JobRecord:
     cancel_delivered_version: int = 0
     log_cursor: str = ""
     last_log_seq: int = 0
+    handoff_since_ms: int | None = None
+    requeue_count: int = 0
+    avoided_peers: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -85,6 +88,9 @@ class JobRecord:
             cancel_delivered_version=row["cancel_delivered_version"],
             log_cursor=row["log_cursor"],
             last_log_seq=row["last_log_seq"],
+            handoff_since_ms=row["handoff_since_ms"],
+            requeue_count=row["requeue_count"],
+            avoided_peers=row["avoided_peers"] or {},
         )
 
     @property
@@ -94,6 +100,10 @@ class JobRecord:
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    def avoided_peer_ids(self, now_ms: int) -> list[str]:
+        """The peers this job must not be placed on at ``now_ms``."""
+        return sorted(peer for peer, until in self.avoided_peers.items() if until > now_ms)
 
     @property
     def cancel_requested(self) -> bool:
@@ -131,6 +141,8 @@ def pending_reason_history(direction: Direction, events: list[JobEvent]) -> list
         if event.kind in ("admitted", "resubmitted"):
             state, reported = JobState.PENDING, False
             handoff = HandoffState(event.handoff_state) if event.handoff_state else None
+        elif event.kind == "requeued":  # back in the queue, no peer chosen; its peer_id is the one it left
+            handoff, peer_id = HandoffState.QUEUED, ""
         elif event.kind in ("promoted", "handed_off", "rejected") and event.handoff_state:
             handoff = HandoffState(event.handoff_state)
         elif event.kind in ("reported", "state", "expired") and event.state:
@@ -138,7 +150,8 @@ def pending_reason_history(direction: Direction, events: list[JobEvent]) -> list
             if event.kind == "reported":
                 reported = True
                 handoff = HandoffState.HANDED_OFF if handoff is HandoffState.PENDING else handoff
-        peer_id = event.peer_id or peer_id
+        if event.kind not in ("requeued", "stray_terminated"):  # those name a peer the job has left
+            peer_id = event.peer_id or peer_id
         reason = pending_reason(
             direction=direction,
             handoff_state=handoff,

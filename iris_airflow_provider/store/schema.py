@@ -65,6 +65,11 @@ jobs = sa.Table(
     sa.Column("delivery_attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("next_delivery_at_ms", sa.BigInteger, nullable=True),
     sa.Column("last_delivery_error", sa.Text, nullable=False, server_default=""),
+    # Requeue (DESIGN.md, beyond the reference): when the current handoff was promoted, how many
+    # times the job went back to the queue, and the peers it avoids for now ({peer: until ms}).
+    sa.Column("handoff_since_ms", sa.BigInteger, nullable=True),
+    sa.Column("requeue_count", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("avoided_peers", Json, nullable=False, server_default=sa.text("'{}'")),
     # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
     sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
     # Where relaying the job's output from whoever runs it has got to (their opaque cursor), and the
@@ -109,6 +114,18 @@ job_events = sa.Table(
     sa.Column("peer_id", sa.Text, nullable=False, server_default=""),
     sa.Column("detail", sa.Text, nullable=False, server_default=""),
     sa.Index("ix_iris_job_events_job_id_seq", "job_id", "seq"),
+)
+
+# Incarnations left behind on a peer when their job was requeued elsewhere: the peer may have
+# admitted one without our hearing, so it is told to terminate it (by job id and nonce) once it answers.
+abandoned_handoffs = sa.Table(
+    "iris_abandoned_handoffs",
+    metadata,
+    sa.Column("peer_id", sa.Text, primary_key=True),
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("nonce", sa.Text, primary_key=True),
+    sa.Column("abandoned_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
 )
 
 job_logs = sa.Table(

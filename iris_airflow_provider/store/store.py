@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib.resources import files
 from typing import Any
 
@@ -43,6 +44,7 @@ from iris_airflow_provider.store.records import (
 )
 from iris_airflow_provider.store.schema import (
     VERSION_TABLE,
+    abandoned_handoffs,
     job_events,
     job_logs,
     jobs,
@@ -62,6 +64,21 @@ _MIGRATION_LOCK = 0x1815_FED  # PostgreSQL advisory lock id held while migrating
 class Admission:
     job: JobRecord
     created: bool  # False: a job with this id already existed and is returned as it is
+
+
+class RequeueOutcome(StrEnum):
+    REQUEUED = "requeued"  # back in the queue, avoiding the peer for a while
+    EXHAUSTED = "exhausted"  # its requeue budget was spent: the job failed
+    STALE = "stale"  # the handoff had already moved on (delivered, cancelled, ended): nothing done
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedHandoff:
+    peer_id: str
+    job_id: str
+    nonce: str
+    abandoned_at_ms: int
+    reason: str
 
 
 class FederationStore:
@@ -91,12 +108,13 @@ class FederationStore:
         with self.engine.connect() as connection, connection.begin():
             yield connection
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest revision; safe to call from several processes at once."""
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to the newest revision (or to ``revision``); safe to call from several
+        processes at once."""
         config = Config()
         config.set_main_option("script_location", str(files("iris_airflow_provider.store") / "migrations"))
-        head = ScriptDirectory.from_config(config).get_current_head()
-        if self.revision() == head:
+        target = ScriptDirectory.from_config(config).get_current_head() if revision == "head" else revision
+        if self.revision() == target:
             return  # the common case, on every process start: no write lock taken
         alembic_log = logging.getLogger("alembic")
         level = alembic_log.level
@@ -106,7 +124,7 @@ class FederationStore:
                 if connection.dialect.name == "postgresql":
                     connection.execute(sa.text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK})
                 config.attributes["connection"] = connection
-                command.upgrade(config, "head")
+                command.upgrade(config, revision)
         finally:
             alembic_log.setLevel(level)
 
@@ -432,6 +450,101 @@ class FederationStore:
             detail = f"attempt {row[1]} failed (will retry): {error}"
             _event(connection, job_id, now_ms, "delivery_failed", None, HandoffState.PENDING, row[0], detail)
         return True
+
+    def requeue_handoff(
+        self,
+        job_id: str,
+        nonce: str,
+        *,
+        peer_id: str,
+        reason: str,
+        avoid_until_ms: int,
+        max_requeues: int,
+        now_ms: int,
+    ) -> RequeueOutcome:
+        """Send a pending handoff that ``peer_id`` could not take back to the queue, avoiding that peer
+        until ``avoid_until_ms``; once the job has been requeued ``max_requeues`` times, fail it instead.
+
+        Either way the peer is remembered as possibly holding this incarnation (an answer may have
+        been lost), so it is told to terminate it there. Only an unpinned handoff still pending on
+        ``peer_id``, uncancelled and not terminal, moves.
+        """
+        with self._write() as connection:
+            row = (
+                connection.execute(
+                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers, jobs.c.row_version)
+                    .where(
+                        jobs.c.job_id == job_id,
+                        jobs.c.nonce == nonce,
+                        jobs.c.direction == Direction.SENT.value,
+                        jobs.c.handoff_state == HandoffState.PENDING.value,
+                        jobs.c.peer_id == peer_id,
+                        jobs.c.cancel_intent_version == 0,
+                        jobs.c.state.not_in(_TERMINAL),
+                    )
+                    .with_for_update()
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                return RequeueOutcome.STALE
+            connection.execute(
+                _insert(connection, abandoned_handoffs)
+                .values(peer_id=peer_id, job_id=job_id, nonce=nonce, abandoned_at_ms=now_ms, reason=reason)
+                .on_conflict_do_nothing()
+            )
+            if row["requeue_count"] >= max_requeues:
+                message = reasons.requeues_exhausted(row["requeue_count"], peer_id, reason)
+                connection.execute(
+                    jobs.update()
+                    .where(jobs.c.job_id == job_id, jobs.c.row_version == row["row_version"])
+                    .values(handoff_state=HandoffState.REJECTED.value, last_delivery_error=reason, **_touched(now_ms))
+                )
+                _event(connection, job_id, now_ms, "rejected", None, HandoffState.REJECTED, peer_id, reason)
+                _set_terminal(connection, job_id, now_ms, JobState.FAILED, message, HandoffState.REJECTED, peer_id)
+                return RequeueOutcome.EXHAUSTED
+            avoided = {p: until for p, until in (row["avoided_peers"] or {}).items() if until > now_ms}
+            avoided[peer_id] = max(avoid_until_ms, avoided.get(peer_id, 0))
+            connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.row_version == row["row_version"])
+                .values(
+                    handoff_state=HandoffState.QUEUED.value,
+                    peer_id="",
+                    backend_id="",
+                    handoff_since_ms=None,
+                    requeue_count=jobs.c.requeue_count + 1,
+                    avoided_peers=avoided,
+                    delivery_attempts=0,
+                    next_delivery_at_ms=None,
+                    last_delivery_error=reason,
+                    **_touched(now_ms),
+                )
+            )
+            detail = f"requeue {row['requeue_count'] + 1} of {max_requeues}: {reason}"
+            _event(connection, job_id, now_ms, "requeued", None, HandoffState.QUEUED, peer_id, detail)
+        return RequeueOutcome.REQUEUED
+
+    def abandoned_handoffs(self) -> list[AbandonedHandoff]:
+        """Incarnations to terminate on the peers that may hold them, oldest first."""
+        query = sa.select(abandoned_handoffs).order_by(abandoned_handoffs.c.abandoned_at_ms)
+        with self._read() as connection:
+            return [AbandonedHandoff(**row) for row in connection.execute(query).mappings()]
+
+    def forget_abandoned(self, handoff: AbandonedHandoff, now_ms: int, *, terminated: bool) -> None:
+        """The peer confirmed it no longer runs that incarnation (``terminated``: it just stopped it)."""
+        with self._write() as connection:
+            deleted = connection.execute(
+                abandoned_handoffs.delete().where(
+                    abandoned_handoffs.c.peer_id == handoff.peer_id,
+                    abandoned_handoffs.c.job_id == handoff.job_id,
+                    abandoned_handoffs.c.nonce == handoff.nonce,
+                )
+            ).rowcount
+            if deleted and terminated:
+                detail = f"terminated the incarnation left there by a requeue ({handoff.reason})"
+                _event(connection, handoff.job_id, now_ms, "stray_terminated", None, None, handoff.peer_id, detail)
 
     def in_flight(self) -> list[JobRecord]:
         """Non-terminal jobs someone else runs for us: handed-off (and pending) handoffs, and local jobs."""
@@ -823,6 +936,9 @@ def _incarnation(
         "delivery_attempts": 0,
         "next_delivery_at_ms": None,
         "last_delivery_error": "",
+        "handoff_since_ms": None,
+        "requeue_count": 0,
+        "avoided_peers": {},
         "log_cursor": "",
         "last_log_seq": 0,
         "origin_dag_id": origin.dag_id if origin else None,
@@ -874,10 +990,20 @@ def _promote(connection: sa.Connection, promotion: Promotion, now_ms: int) -> bo
             handoff_state=HandoffState.PENDING.value,
             peer_id=promotion.peer_id,
             backend_id=promotion.backend_id,
+            handoff_since_ms=now_ms,
             **_touched(now_ms),
         )
-    ).rowcount
+        .returning(jobs.c.nonce)
+    ).first()
     if promoted:
+        # Back on a peer it was requeued from: that peer is to keep (or receive) this incarnation now.
+        connection.execute(
+            abandoned_handoffs.delete().where(
+                abandoned_handoffs.c.peer_id == promotion.peer_id,
+                abandoned_handoffs.c.job_id == promotion.job_id,
+                abandoned_handoffs.c.nonce == promoted[0],
+            )
+        )
         detail = f"backend {promotion.backend_id or '(force-routed)'}"
         if promotion.preempts:
             detail += ", reclaiming lower-band capacity"

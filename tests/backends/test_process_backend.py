@@ -19,6 +19,7 @@ import pytest
 
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
+    InsufficientCapacityError,
     JobReport,
     Submission,
     SubmissionRefusedError,
@@ -331,10 +332,11 @@ def test_submit_is_idempotent_by_nonce(state_dir: Path, gates: Gates) -> None:
 
 def test_a_job_the_backend_can_never_host_is_refused_with_the_reason(state_dir: Path, tmp_path: Path) -> None:
     backend = gpu_backend(state_dir, 8)
-    with pytest.raises(SubmissionRefusedError, match=r"cannot ever host 2 x 8 h100: it has \{'h100': 8\}"):
-        submit(backend, job_spec("/alice/big", gpus=8, replicas=2))
-    with pytest.raises(SubmissionRefusedError, match="cannot ever host 1 x 1 a100"):
+    with pytest.raises(InsufficientCapacityError, match=r"cannot ever host 2 x 8 h100: it has \{'h100': 8\}"):
+        submit(backend, job_spec("/alice/big", gpus=8, replicas=2))  # too small: a larger cluster may take it
+    with pytest.raises(SubmissionRefusedError, match="cannot ever host 1 x 1 a100") as wrong_variant:
         submit(backend, job_spec("/alice/a100", gpus=1, variant="a100"))
+    assert not isinstance(wrong_variant.value, InsufficientCapacityError)
     with pytest.raises(SubmissionRefusedError, match="has gpu devices, not tpu"):
         submit(backend, job_spec("/alice/tpu", gpus=4, device="tpu", variant="v5p-8"))
     cpu = ProcessBackend("cpu", tmp_path / "cpu")

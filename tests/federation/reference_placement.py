@@ -63,6 +63,8 @@ def reference_plan(
         for peer in reachable:
             if c.pinned_peer_id and c.pinned_peer_id != peer.peer_id:
                 continue
+            if peer.peer_id in c.avoided_peer_ids:
+                continue
             if promoted[peer.peer_id] >= max_per_peer:
                 continue
             matching = [b for b in peer.backends if all(satisfies(b.advertised, k) for k in c.shape)]

@@ -80,6 +80,7 @@ def candidates(draw: st.DrawFn, index: int, peer_ids: list[str]) -> Candidate:
         shape.append(Constraint("region", Op.EQ, (region,)))
     pin = draw(st.sampled_from(["", "", "", "", "", "", *peer_ids, "ghost"]))
     deadline = draw(st.sampled_from([None] * 8 + [NOW - 1, NOW, NOW + 1]))
+    avoided = draw(st.sampled_from([[]] * 6 + [[p] for p in peer_ids] + [peer_ids]))
     return Candidate(
         job_id=f"/u/job-{index}",
         band=draw(st.sampled_from(list(Band))),
@@ -88,6 +89,7 @@ def candidates(draw: st.DrawFn, index: int, peer_ids: list[str]) -> Candidate:
         shape=tuple(shape),
         gate=gate,
         deadline_ms=deadline,
+        avoided_peer_ids=frozenset(avoided),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from iris_airflow_provider.federation import reasons
@@ -146,6 +148,23 @@ def test_a_pinned_job_waits_for_its_peer_when_that_peer_is_full():
     assert result.promotions == ()
     assert [(p.job_id, p.reason) for p in result.pending] == [("/u/pinned", reasons.queued("b"))]
     assert result.pending[0].reason == "Queued for peer b to report free capacity"
+
+
+def test_a_job_goes_to_the_next_best_peer_while_it_avoids_the_best_one():
+    peers = [peer("a", gpu("default", "h100", 8)), peer("b", gpu("default", "h100", 16))]
+    assert placed(plan([job("/u/one")], peers, now_ms=NOW)) == {"/u/one": ("a", "default")}
+    avoiding = replace(job("/u/one"), avoided_peer_ids=frozenset({"a"}))
+    assert placed(plan([avoiding], peers, now_ms=NOW)) == {"/u/one": ("b", "default")}
+    # Another job of the same shape that avoids nothing still sees peer a.
+    both = plan([avoiding, job("/u/two", submitted=1)], peers, now_ms=NOW)
+    assert placed(both) == {"/u/one": ("b", "default"), "/u/two": ("a", "default")}
+
+
+def test_a_job_that_avoids_every_matching_peer_waits_in_the_queue():
+    peers = [peer("a", gpu("default", "h100", 8)), peer("b", backend("cpu", device_type="cpu"))]
+    avoiding = replace(job("/u/one"), avoided_peer_ids=frozenset({"a"}))
+    result = plan([avoiding], peers, now_ms=NOW)
+    assert result.promotions == () and [p.reason for p in result.pending] == [reasons.QUEUED_UNPINNED]
 
 
 def test_stale_and_unreachable_peers_are_not_used():

@@ -68,12 +68,13 @@ def test_every_job_is_promoted_pending_or_expired_exactly_once(state):
 
 @PROFILE
 @given(states())
-def test_the_per_peer_cap_holds_and_pins_are_honoured(state):
+def test_the_per_peer_cap_holds_pins_are_honoured_and_avoided_peers_skipped(state):
     result = run(state)
     assert all(n <= state["cap"] for n in Counter(p.peer_id for p in result.promotions).values())
-    pins = {c.job_id: c.pinned_peer_id for c in state["jobs"]}
+    jobs = {c.job_id: c for c in state["jobs"]}
     for promotion in result.promotions:
-        assert pins[promotion.job_id] in ("", promotion.peer_id)
+        assert jobs[promotion.job_id].pinned_peer_id in ("", promotion.peer_id)
+        assert promotion.peer_id not in jobs[promotion.job_id].avoided_peer_ids
 
 
 @PROFILE

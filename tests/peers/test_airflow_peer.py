@@ -136,7 +136,9 @@ def test_a_full_snapshot_reports_jobs_the_peer_no_longer_has_as_gone(url: str) -
 def test_cancel_stops_a_running_job_and_a_job_never_handed_off_is_not_found(url: str, peer: Peer) -> None:
     transport = marin(url)
     transport.deliver(handoff(command="sleep 30"))
-    assert transport.cancel("/alice/train") is True
+    assert transport.cancel("/alice/train", "another-incarnation") is False
+    assert not peer.store.get_job("/alice/train").cancel_requested
+    assert transport.cancel("/alice/train", "n1") is True
     assert peer.wait_until_finished().state is JobState.KILLED
     assert transport.cancel("/alice/never") is False
 
@@ -154,6 +156,14 @@ def test_terminal_refusals_keep_their_code_and_message(
 ) -> None:
     assert says in refused(lambda: marin(url).deliver(delivered), code)
     assert peer.store.list_jobs(limit=10) == []
+
+
+def test_a_peer_too_small_for_the_job_answers_resource_exhausted_which_requeues(url: str) -> None:
+    too_big = handoff(resources={"device": {"type": "gpu", "variant": "h100", "count": 8}, "replicas": 2})
+    with pytest.raises(PeerError) as caught:
+        marin(url).deliver(too_big)
+    assert caught.value.code is PeerErrorCode.RESOURCE_EXHAUSTED
+    assert caught.value.requeues and not caught.value.terminal
 
 
 def test_another_incarnation_still_running_is_already_exists(url: str) -> None:

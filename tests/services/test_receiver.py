@@ -156,3 +156,18 @@ def test_logs_are_the_jobs_output_and_a_cursor_returns_only_new_lines(peer: Peer
     assert first.lines == ["[replica 0] one"] and first.truncated
     rest = peer.receiver.logs("marin", "/alice/train", first.next_cursor, 10)
     assert rest.lines == ["[replica 0] two"]
+
+
+def test_a_job_larger_than_any_backend_here_is_sent_back_for_another_peer(peer: Peer) -> None:
+    big = {"command": "true", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 4}, "replicas": 4}}
+    message = refused(lambda: peer.handoff(spec=big), PeerErrorCode.RESOURCE_EXHAUSTED)
+    assert message == "no backend of cluster cw-east is large enough for job /alice/train (needs 16 h100)"
+    assert peer.store.list_jobs(limit=10) == [] and peer.runs == []
+
+
+def test_terminate_with_a_nonce_stops_only_that_incarnation(peer: Peer) -> None:
+    peer.handoff(spec={"command": "sleep 30", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}})
+    refused(lambda: peer.receiver.terminate("marin", "/alice/train", "n0"), PeerErrorCode.NOT_FOUND)
+    assert not peer.store.get_job("/alice/train").cancel_requested
+    peer.receiver.terminate("marin", "/alice/train", "n1")
+    assert peer.wait_until_finished().state is JobState.KILLED
