@@ -200,6 +200,7 @@ def test_describe_gives_the_history_and_every_pending_reason(client, as_user, fe
     assert body["pending_reasons"] == [reasons.QUEUED_UNPINNED]
     assert (body["state"], body["error"], body["can_cancel"]) == ("killed", reasons.CANCELLED_BEFORE_HANDOFF, False)
     assert body["spec"]["resources"]["device"]["count"] == 4 and body["origin"]["map_index"] == 3
+    assert (body["requeue_count"], body["avoided_peers"]) == (0, [])
 
 
 def test_explain_shows_each_peer_and_backend_and_what_would_have_to_change(client, as_user):

@@ -728,6 +728,9 @@
                       h(Field, { label: "Deadline" }, when(job.scheduling_deadline_ms)),
                       job.exit_code !== null ? h(Field, { label: "Exit code" }, String(job.exit_code)) : null,
                       job.delivery_attempts ? h(Field, { label: "Delivery" }, job.delivery_attempts + " failed attempt(s): " + job.last_delivery_error) : null,
+                      job.requeue_count
+                        ? h(Field, { label: "Requeued" }, job.requeue_count + " time(s)" + (job.avoided_peers.length ? "; avoiding " + job.avoided_peers.join(", ") + " for now" : ""))
+                        : null,
                       h(Field, { label: "Task instance" }, h(TaskLink, { job })),
                     ),
                     h(
