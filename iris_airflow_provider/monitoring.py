@@ -27,6 +27,7 @@ from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.federation.availability import PeerBackend, PeerState
 from iris_airflow_provider.federation.explain import explain
 from iris_airflow_provider.federation.ledger import LedgerEntry
+from iris_airflow_provider.federation.object_stores import unreadable_paths
 from iris_airflow_provider.federation.placement import plan
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.runner import RUNNER_DAG_ID, runner_run_id
@@ -371,6 +372,7 @@ def _explain_queued(federation: Federation, job: JobRecord, now_ms: int) -> dict
         staleness_ms=federation.staleness_ms,
         max_per_peer=settings.max_handoffs_per_cycle,
     )
+    _mark_unreadable_paths(detail, job, peers)
     explanation = {"jobs_ahead": ahead, "queued_jobs": len(candidates), **detail}
     if mine.expired(now_ms):
         summary = "Its scheduling deadline has passed: the next tick ends it as unschedulable."
@@ -382,6 +384,17 @@ def _explain_queued(federation: Federation, job: JobRecord, now_ms: int) -> dict
         summary = f"It fits now on {target}{how}: the next placement tick promotes it."
         return {"status": "placeable", "summary": summary, "explanation": explanation}
     return {"status": "waiting", "summary": detail["summary"], "explanation": explanation}
+
+
+def _mark_unreadable_paths(detail: dict[str, Any], job: JobRecord, peers: list[PeerState]) -> None:
+    """On each backend row, the object-store paths of the job that backend could not read."""
+    advertised = {(p.peer_id, b.backend_id): b.advertised for p in peers for b in p.backends}
+    spec = job.job_spec
+    for peer_row in detail["peers"]:
+        for row in peer_row["backends"]:
+            paths = unreadable_paths(spec, advertised.get((peer_row["peer_id"], row["backend_id"]), {}))
+            if paths:
+                row["unreadable_paths"] = [f"{path.where}={path.uri}" for path in paths]
 
 
 def cancel_job(federation: Federation, job_id: str, now_ms: int) -> dict[str, Any]:

@@ -27,7 +27,8 @@ from iris_airflow_provider.backends.base import (
 from iris_airflow_provider.cluster.config import ClusterConfig
 from iris_airflow_provider.federation.availability import LocalBackend, PeerState
 from iris_airflow_provider.federation.model import JobSpec
-from iris_airflow_provider.federation.placement import Candidate, plan
+from iris_airflow_provider.federation.object_stores import OBJECT_STORE_KEY, mismatch_message, unreadable_paths
+from iris_airflow_provider.federation.placement import Candidate, Promotion, plan
 from iris_airflow_provider.federation.router import Decision, Disposition, classify
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, PeerErrorCode
@@ -334,10 +335,11 @@ class Federation:
 
     def _place(self, report: TickReport) -> None:
         now = self.clock()
-        candidates = [candidate_of(job, now) for job in self.store.queued_jobs()]
+        queued = {job.job_id: job for job in self.store.queued_jobs()}
+        peer_states = self.store.peer_states()
         result = plan(
-            candidates,
-            self.store.peer_states(),
+            [candidate_of(job, now) for job in queued.values()],
+            peer_states,
             self.store.ledger(),
             now_ms=self.clock(),
             max_per_peer=self.settings.max_handoffs_per_cycle,
@@ -348,6 +350,23 @@ class Federation:
         report.pending = len(result.pending)
         if confirmed:
             log.info("Federation: promoted %d queued job(s): %s", len(confirmed), ", ".join(report.promoted))
+        advertised = {(p.peer_id, b.backend_id): b.advertised for p in peer_states for b in p.backends}
+        for promotion in confirmed:
+            self._flag_unreadable_paths(queued[promotion.job_id], promotion, advertised)
+
+    def _flag_unreadable_paths(
+        self, job: JobRecord, promotion: Promotion, advertised: Mapping[tuple[str, str], Mapping[str, Any]]
+    ) -> None:
+        """Before the handoff: say so when the job names object-store paths its backend cannot read."""
+        attributes = advertised.get((promotion.peer_id, promotion.backend_id), {})
+        paths = unreadable_paths(job.job_spec, attributes)
+        if paths:
+            target = f"peer {promotion.peer_id} (backend {promotion.backend_id})"
+            message = mismatch_message(job.job_id, target, paths, attributes[OBJECT_STORE_KEY])
+            log.warning("%s", message)
+            self.store.flag(
+                job.job_id, job.nonce, "object_store_mismatch", message, self.clock(), peer_id=promotion.peer_id
+            )
 
     def _deliver(self, report: TickReport) -> None:
         by_peer: dict[str, list[JobRecord]] = defaultdict(list)

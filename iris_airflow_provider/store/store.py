@@ -689,6 +689,26 @@ class FederationStore:
             connection.execute(jobs.update().where(jobs.c.job_id == job_id, jobs.c.nonce == nonce).values(**values))
         return True
 
+    def flag(self, job_id: str, nonce: str, kind: str, message: str, now_ms: int, *, peer_id: str = "") -> bool:
+        """Warn about this incarnation: an event in its history, and a line in the output its waiting
+        task relays into the task log (prefixed, so it is not taken for the job's own output)."""
+        with self._write() as connection:
+            current = connection.execute(
+                sa.select(jobs.c.handoff_state).where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+            ).first()
+            if current is None:
+                return False
+            _event(connection, job_id, now_ms, kind, None, current[0], peer_id, message)
+            seq = connection.execute(
+                job_logs.insert()
+                .values(job_id=job_id, nonce=nonce, at_ms=now_ms, line=f"[iris-federation] Warning: {message}")
+                .returning(job_logs.c.seq)
+            ).scalar_one()
+            connection.execute(
+                jobs.update().where(jobs.c.job_id == job_id).values(last_log_seq=seq, **_touched(now_ms))
+            )
+        return True
+
     def log_lines(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, str]]:
         query = (
             sa.select(job_logs.c.seq, job_logs.c.line)

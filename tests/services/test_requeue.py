@@ -11,8 +11,8 @@ import pytest
 from iris_airflow_provider.federation import reasons
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.monitoring import explain_job
-from iris_airflow_provider.store.records import pending_reason_history
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
+from iris_airflow_provider.store.records import pending_reason_history
 from tests.services.world import ALICE, World, event_kinds, spec, tick_until
 
 REQUEUE_AFTER_S = 60

@@ -197,9 +197,9 @@ class World:
             jitter=self.jitter,
         )
 
-    def add_peer(self, peer_id: str, **devices: int) -> ScriptedPeer:
+    def add_peer(self, peer_id: str, attributes: dict[str, list[str]] | None = None, **devices: int) -> ScriptedPeer:
         """Another agentless peer on a real process backend (stopped with the world)."""
-        backend = ProcessBackend("default", self.tmp_path / peer_id, devices=devices)
+        backend = ProcessBackend("default", self.tmp_path / peer_id, devices=devices, attributes=attributes)
         self.real_peers[peer_id] = AgentlessPeer(peer_id, [backend])
         self.peers[peer_id] = ScriptedPeer(self.real_peers[peer_id])
         return self.peers[peer_id]

@@ -617,6 +617,9 @@
                         C.Table.Cell,
                         null,
                         backend ? (backend.shape_matches ? "matches" : h(C.Text, { color: "fg.error", fontSize: "sm" }, "needs " + backend.unmet.join(", "))) : "–",
+                        backend && backend.unreadable_paths
+                          ? h(C.Text, { color: "fg.warning", fontSize: "xs" }, "cannot read " + backend.unreadable_paths.join(", "))
+                          : null,
                       ),
                       h(C.Table.Cell, null, backend ? (backend.capacity ? backend.capacity : amountText(backend.free)) : "–"),
                       h(C.Table.Cell, null, backend && backend.reclaimable ? amountText(backend.reclaimable) : "–"),
