@@ -39,9 +39,10 @@ EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
     ),
     (
         "bob",
-        "4 x GB200 fine-tune: lands on the GB200 peer",
+        "4 x GB200 fine-tune: lands on the GB200 peer, flagged there for its gs:// prefix (cw-gb200 reads s3://)",
         {
-            "command": "echo fine-tuning; sleep 6",
+            "command": "echo fine-tuning from $MARIN_PREFIX; sleep 6",
+            "env": {"MARIN_PREFIX": "gs://marin-us-central2/checkpoints"},
             "resources": {"device": {"type": "gpu", "variant": "gb200", "count": 4}},
             "priority_band": "batch",
         },

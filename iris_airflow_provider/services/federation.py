@@ -44,6 +44,8 @@ DELIVERY_BACKOFF_MAX_MS = 300_000
 # A local job is admitted to the store before its backend has it: a job never reported is only
 # "gone" from its backend once its submitter has had this long to hand it over.
 LOCAL_START_GRACE_MS = 60_000
+# At submit, a peer without a fresh heartbeat is asked again at most this often.
+STALE_PROBE_COOLDOWN_MS = 30_000
 RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
 LOGGED_HANDOFFS = (HandoffState.PENDING, HandoffState.HANDED_OFF)  # handoffs a peer may have output for
 LOG_LINES_PER_TICK = 500  # per job: a chatty job cannot hold up a tick
@@ -136,26 +138,53 @@ class Federation:
     def peer_states(self, *, refresh_stale: bool = False) -> list[PeerState]:
         """The configured peers as last heartbeated (a peer never heard from is unreachable).
 
-        With ``refresh_stale``, peers without a fresh heartbeat are asked now, so a job submitted
-        right after a restart is not rejected just because the first tick has not run yet.
+        With ``refresh_stale``, peers without a fresh heartbeat are asked now (see ``refresh_stale_peers``).
         """
+        if refresh_stale:
+            self.refresh_stale_peers()
         known = {peer.peer_id: peer for peer in self.store.peer_states()}
-        now = self.clock()
-        stale = {
-            peer_id: peer
-            for peer_id, peer in self.peers.items()
-            if peer_id not in known or not known[peer_id].is_reachable(now, self.staleness_ms)
-        }
-        if refresh_stale and stale:
-            self._record_heartbeats(stale)
-            known = {peer.peer_id: peer for peer in self.store.peer_states()}
         return [known.get(peer_id) or PeerState(peer_id, False, 0) for peer_id in self.peers]
 
+    def refresh_stale_peers(self) -> bool:
+        """Ask the peers without a fresh heartbeat for one now, unless they were asked in the last
+        ``STALE_PROBE_COOLDOWN_MS``: a dead peer then slows one submit in a while, not every one.
+        Returns whether any peer was asked."""
+        now = self.clock()
+        records = {record.peer_id: record for record in self.store.peers()}
+        stale = {}
+        for peer_id, peer in self.peers.items():
+            record = records.get(peer_id)
+            fresh = (
+                record is not None
+                and record.reachable
+                and record.last_contact_ms is not None
+                and now - record.last_contact_ms <= self.staleness_ms
+            )
+            asked_lately = (
+                record is not None
+                and record.last_attempt_ms is not None
+                and (now - record.last_attempt_ms < STALE_PROBE_COOLDOWN_MS)
+            )
+            if not fresh and not asked_lately:
+                stale[peer_id] = peer
+        if stale:
+            self._record_heartbeats(stale)
+        return bool(stale)
+
     def classify(self, spec: JobSpec) -> Decision:
+        """Classify on what the peers last said; a job that would be rejected is classified again
+        after asking stale peers, so a job submitted right after a restart (before the first tick)
+        is not rejected for want of a heartbeat. Local and queued jobs never wait for a peer."""
+        decision = self._classify(spec)
+        if decision.disposition is Disposition.REJECT and self.refresh_stale_peers():
+            decision = self._classify(spec)
+        return decision
+
+    def _classify(self, spec: JobSpec) -> Decision:
         return classify(
             spec,
             local_backends=self.local_backends(),
-            peers=self.peer_states(refresh_stale=True),
+            peers=self.peer_states(),
             now_ms=self.clock(),
             staleness_ms=self.staleness_ms,
         )

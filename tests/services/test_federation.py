@@ -25,6 +25,7 @@ from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.services.federation import (
     DELIVERY_BACKOFF_BASE_MS,
     LOCAL_ADMIN,
+    STALE_PROBE_COOLDOWN_MS,
     Federation,
     IdentityError,
 )
@@ -542,6 +543,25 @@ def test_a_stale_heartbeat_makes_the_peer_unreachable_for_routing(lite: World) -
     before = lite.peers["cw-h100"].count("heartbeat")
     assert federation.submit(job, submitting_user=ALICE).decision.disposition is Disposition.QUEUE
     assert lite.peers["cw-h100"].count("heartbeat") == before + 1
+
+
+def test_a_dead_peer_is_asked_at_submit_only_when_it_matters_and_not_on_every_submit(lite: World) -> None:
+    lite.peers["cw-h100"].errors["heartbeat"] = PeerError(PeerErrorCode.UNAVAILABLE, "no route to host")
+    federation = lite.federation()
+    federation.tick()
+    asked = lite.peers["cw-h100"].count("heartbeat")
+    lite.clock.advance(STALE_PROBE_COOLDOWN_MS)
+    # A job that runs here never waits for a peer.
+    assert federation.submit(spec("/alice/cpu"), submitting_user=ALICE).decision.disposition is Disposition.LOCAL
+    assert lite.peers["cw-h100"].count("heartbeat") == asked
+    # One it would reject asks the dead peer once; the next within the cooldown does not ask again.
+    for name in ("/alice/h100-a", "/alice/h100-b"):
+        decision = federation.submit(spec(name, h100=1), submitting_user=ALICE).decision
+        assert decision.disposition is Disposition.REJECT and "Peer cw-h100: unreachable." in decision.reason
+    assert lite.peers["cw-h100"].count("heartbeat") == asked + 1
+    lite.clock.advance(STALE_PROBE_COOLDOWN_MS)
+    federation.submit(spec("/alice/h100-c", h100=1), submitting_user=ALICE)
+    assert lite.peers["cw-h100"].count("heartbeat") == asked + 2
 
 
 def test_a_cancel_that_lands_while_a_local_job_is_being_started_stops_it(lite: World) -> None:
