@@ -390,17 +390,25 @@ class ProcessBackend:
         for job in queued:
             need: dict[str, int] = job.job["need"]
             if self.max_running_jobs is not None and len(running) >= self.max_running_jobs:
+                # Every run slot is taken: a higher band frees one by evicting the lowest-band,
+                # newest job (unless one is already on its way out), like it would free devices.
+                if not any(r.status.get("preempted_at_ms") for r in running):
+                    for victim in _eviction_order(job, running)[:1]:
+                        self._evict(victim)
                 break
             free = self._free_slots(running)
             if all(len(free.get(v, [])) >= n for v, n in need.items()):
                 self._start(job, {v: free[v][:n] for v, n in need.items()})
                 running.append(job)
                 continue
-            victims = self._victims(job, need, running, free, draining)
-            for victim in victims:
-                victim.status["preempted_at_ms"] = self.clock()
-                self._save_status(victim)
-                _signal_group(victim.status.get("pgid"), signal.SIGTERM)
+            for victim in self._victims(job, need, running, free, draining):
+                self._evict(victim)
+
+    def _evict(self, victim: _Job) -> None:
+        """Tell a running job to stop; it goes back to the queue when it has (see the supervisor)."""
+        victim.status["preempted_at_ms"] = self.clock()
+        self._save_status(victim)
+        _signal_group(victim.status.get("pgid"), signal.SIGTERM)
 
     def _free_slots(self, running: Sequence[_Job]) -> dict[str, list[int]]:
         taken: dict[str, set[int]] = {}
@@ -424,10 +432,7 @@ class ProcessBackend:
         counts on, so the next queued job does not count them too.
         """
         claimed = {v: min(draining.get(v, 0), max(0, n - len(free.get(v, [])))) for v, n in need.items()}
-        candidates = sorted(
-            (r for r in running if job.band.outranks(r.band) and not r.status.get("preempted_at_ms")),
-            key=lambda r: (-r.band.rank, -int(r.status.get("started_at_ms", 0))),
-        )
+        candidates = _eviction_order(job, running)
         chosen: list[_Job] = []
         available = {v: len(free.get(v, [])) + claimed[v] for v in need}
         for candidate in candidates:
@@ -613,3 +618,11 @@ def _spawn_supervisor(state_dir: Path, job_directory: str) -> int:
 
 
 __all__ = ["KILL_GRACE_SECONDS", "ProcessBackend"]
+
+
+def _eviction_order(job: _Job, running: Sequence[_Job]) -> list[_Job]:
+    """The running jobs ``job`` may evict, in the order it evicts them: lowest band, then newest first."""
+    return sorted(
+        (r for r in running if job.band.outranks(r.band) and not r.status.get("preempted_at_ms")),
+        key=lambda r: (-r.band.rank, -int(r.status.get("started_at_ms", 0))),
+    )

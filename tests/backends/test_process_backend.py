@@ -388,6 +388,31 @@ def test_max_running_jobs_queues_the_rest(tmp_path: Path, gates: Gates) -> None:
     wait_state(backend, "/a/two", JobState.SUCCEEDED)
 
 
+def test_a_higher_band_takes_a_run_slot_from_lower_band_work_when_max_running_jobs_is_reached(
+    tmp_path: Path, gates: Gates
+) -> None:
+    backend = ProcessBackend("cpu", tmp_path / "cpu", max_running_jobs=2)
+    submit(backend, job_spec("/a/old", gates.held("old", before="echo attempt"), band="batch"), at=1)
+    wait_for(lambda: log_lines(backend, "/a/old"), what="the first batch job to start")
+    submit(backend, job_spec("/a/new", gates.held("new", before="echo attempt"), band="batch"), at=2)
+    wait_for(lambda: log_lines(backend, "/a/new"), what="the second batch job to start")
+    submit(backend, job_spec("/a/same", "echo same band", band="batch"), at=3)
+    assert backend.status("/a/same").state is JobState.PENDING  # type: ignore[union-attr]  # equal bands wait
+
+    submit(backend, job_spec("/a/urgent", gates.held("urgent"), band="production"), at=4)
+    wait_state(backend, "/a/urgent", JobState.RUNNING)
+    evicted = backend.status("/a/new")
+    assert evicted is not None and evicted.state is JobState.PENDING  # the newest batch job, back in the queue
+    assert backend.status("/a/old").state is JobState.RUNNING  # type: ignore[union-attr]
+
+    gates.release("urgent")
+    gates.release("old")
+    wait_state(backend, "/a/same", JobState.SUCCEEDED)
+    wait_for(lambda: len(log_lines(backend, "/a/new")) == 2, what="the evicted job to run again")
+    gates.release("new")
+    assert wait_state(backend, "/a/new", JobState.SUCCEEDED).exit_code == 0
+
+
 def test_a_higher_band_evicts_lower_band_work_which_requeues_and_runs_again(state_dir: Path, gates: Gates) -> None:
     backend = gpu_backend(state_dir, 2)
     submit(backend, job_spec("/a/batch", gates.held("batch", before="echo attempt"), gpus=2, band="batch"), at=1)
