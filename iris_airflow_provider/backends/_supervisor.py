@@ -119,7 +119,10 @@ def supervise(state_dir: Path, job_directory: str) -> None:
         if failed:
             error = f"Replica {failed[0][0]} exited with code {failed[0][1]}"
             failed_replica = failed[0][0]
-    backend.supervisor_finished(job["job_id"], exit_codes, error, failed_replica)
+    attempt = int(status.get("attempts", 0))
+    backend.supervisor_finished(
+        job["job_id"], exit_codes, error, failed_replica, nonce=str(job["nonce"]), attempt=attempt
+    )
 
 
 if __name__ == "__main__":

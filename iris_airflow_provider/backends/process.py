@@ -261,12 +261,25 @@ class ProcessBackend:
     # Called by the supervisor when its job ends ------------------------------------------------
 
     def supervisor_finished(
-        self, job_id: str, exit_codes: Sequence[int | None], error: str, failed_replica: int | None = None
+        self,
+        job_id: str,
+        exit_codes: Sequence[int | None],
+        error: str,
+        failed_replica: int | None = None,
+        *,
+        nonce: str,
+        attempt: int,
     ) -> None:
-        """``failed_replica``: the replica whose failure ended the job (the others were stopped after it)."""
+        """The run ``attempt`` of incarnation ``nonce`` ended. ``failed_replica``: the replica whose
+        failure ended it (the others were stopped after it).
+
+        A report from another incarnation or attempt (one the reaper already settled, late) is ignored.
+        """
         with self._locked():
             job = self._require(job_id)
             if job.state not in (STARTING, RUNNING):
+                return
+            if job.job["nonce"] != nonce or int(job.status.get("attempts", 0)) != attempt:
                 return
             if failed_replica is not None:
                 job.status["failed_replica"] = failed_replica

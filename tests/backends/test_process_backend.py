@@ -638,3 +638,14 @@ def test_files_that_travel_with_the_job_are_in_its_workdir(tmp_path):
         time.sleep(0.1)
     assert report.state.value == "succeeded"
     assert [line.split("] ", 1)[1] for line in backend.logs("/u/files").lines] == ["lr=0.1", "4"]
+
+
+def test_a_late_end_report_of_another_incarnation_or_attempt_is_ignored(state_dir: Path, gates: Gates) -> None:
+    backend = gpu_backend(state_dir, 1)
+    submit(backend, job_spec("/a/live", gates.held("live"), gpus=1), nonce="n2")
+    wait_state(backend, "/a/live", JobState.RUNNING)
+    backend.supervisor_finished("/a/live", [0], "", nonce="n1", attempt=1)  # the previous incarnation's
+    backend.supervisor_finished("/a/live", [1], "Replica 0 exited with code 1", nonce="n2", attempt=0)
+    assert backend.status("/a/live").state is JobState.RUNNING  # type: ignore[union-attr]
+    gates.release("live")
+    assert wait_state(backend, "/a/live", JobState.SUCCEEDED).exit_code == 0

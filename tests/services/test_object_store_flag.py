@@ -40,8 +40,8 @@ def test_a_gs_path_bound_for_an_s3_only_peer_is_flagged_before_the_handoff(world
         "(env MARIN_PREFIX=gs://marin-us-central2/run-1); it reads only s3://. Credentials do not travel with "
         "a handoff: move the data into that store or pin the job elsewhere."
     )
-    # The waiting task relays this line into its log, like the job's own output.
-    assert [line for _, line in world.store.log_lines("/alice/gs")] == [f"[iris-federation] Warning: {flag.detail}"]
+    # The waiting task relays this line into its log, before any of the job's own output.
+    assert world.store.log_lines("/alice/gs")[0][1] == f"[iris-federation] Warning: {flag.detail}"
     assert "object_store_mismatch" not in event_kinds(world.store, "/alice/s3")
     done = tick_until(federation, world.store, "/alice/gs", JobState.SUCCEEDED)
     assert [line for _, line in world.store.log_lines("/alice/gs")][-1].endswith("trained")
