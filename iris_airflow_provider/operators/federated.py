@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
@@ -35,6 +36,7 @@ from iris_airflow_provider.triggers.federation import (
     FederationJobTrigger,
     describe,
 )
+from iris_airflow_provider.workdir import WorkdirError, pack_workdir
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -60,6 +62,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         could run locally.
     :param submitter: the accountable user for scheduled runs; REST and UI runs use the
         triggering user. A job that would federate needs one.
+    :param workdir: a directory whose files travel with the job into its working directory (the
+        code it runs, small inputs); relative to the DAG file's folder; templated. The job's own
+        ``files`` win over the directory's. Limits: those of ``files``.
     :param wait_for: ``completion`` (default), ``acceptance`` (a peer admitted it, or it runs
         locally), or ``none`` (return right after it is queued or started).
     :param poll_interval: seconds between looks at the job while waiting.
@@ -67,7 +72,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     :param deferrable: wait in the triggerer (default from ``[iris_federation] default_deferrable``).
     """
 
-    template_fields: Sequence[str] = ("job", "target_cluster", "submitter")
+    template_fields: Sequence[str] = ("job", "target_cluster", "submitter", "workdir")
     template_fields_renderers: ClassVar[dict[str, str]] = {"job": "json"}
     operator_extra_links = (FederationJobLink(),)
     external_id_key = "iris_federation_job"
@@ -79,6 +84,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         job: Mapping[str, Any] | JobSpec | str,
         target_cluster: str | None = None,
         submitter: str | None = None,
+        workdir: str | None = None,
         wait_for: str = "completion",
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         conn_id: str | None = None,
@@ -93,6 +99,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         self.job = job
         self.target_cluster = target_cluster
         self.submitter = submitter
+        self.workdir = workdir
         self.wait_for = wait_for
         self.poll_interval = float(poll_interval)
         self.conn_id = conn_id or default_conn_id()
@@ -117,10 +124,21 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             document["target_cluster"] = self.target_cluster
         if not document.get("job_id"):
             document["job_id"] = self.derived_job_id(context)
+        if self.workdir:
+            try:
+                packed = pack_workdir(self._workdir_path(context))
+            except (WorkdirError, OSError) as error:
+                raise AirflowFailException(f"Invalid job:\n{error}") from None
+            document["files"] = {**packed, **(document.get("files") or {})}
         try:
             return parse_job(document, path="job")
         except SpecError as error:
             raise AirflowFailException(f"Invalid job:\n{error}") from None
+
+    def _workdir_path(self, context: Context) -> Path:
+        path = Path(str(self.workdir)).expanduser()
+        fileloc = getattr(context.get("dag"), "fileloc", None)
+        return path if path.is_absolute() or not fileloc else Path(fileloc).parent / path
 
     def derived_job_id(self, context: Context) -> str:
         ti = context["ti"]

@@ -132,6 +132,15 @@ def test_a_job_that_fits_here_runs_locally(deployment, store):
     assert (result["disposition"], result["peer_id"], result["backend_id"]) == ("local", "", "cpu")
 
 
+def test_a_workdir_next_to_the_dag_travels_with_the_job_to_the_peer(deployment, store):
+    run = deployment.trigger("e2e_workdir", {"job": gpu("gb200", 1, "sh train.sh")}, user="alice")
+    assert deployment.wait_for_run("e2e_workdir", run) == "success"
+    result = deployment.xcom("e2e_workdir", run, "run")
+    assert (result["peer_id"], result["exit_code"]) == ("cw-gb200", 0)
+    assert sorted(store.get_job(result["job_id"]).spec["files"]) == ["config/params.txt", "train.sh"]
+    assert "training with lr=0.1" in deployment.task_log("e2e_workdir", run, "run")  # its output, relayed
+
+
 def test_a_job_failing_on_the_peer_fails_the_task_with_its_exit_code(deployment, store):
     run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "echo bad; exit 7")}, user="alice")
     assert deployment.wait_for_run("e2e_job", run) == "failed"

@@ -33,3 +33,9 @@ with DAG(dag_id="e2e_timeout", schedule=None, catchup=False):
 
 with DAG(dag_id="e2e_sensor", schedule=None, catchup=False):
     IrisFederatedJobSensor(task_id="wait", job_id="{{ dag_run.conf['job_id'] }}", until="completion", poll_interval=1)
+
+with DAG(dag_id="e2e_workdir", schedule=None, catchup=False):
+    # The directory next to this file travels with the job into its workdir, wherever it runs.
+    IrisFederatedOperator(
+        task_id="run", job="{{ dag_run.conf['job'] | tojson }}", workdir="workdir_example", poll_interval=1
+    )

@@ -1,0 +1,56 @@
+"""What IrisFederatedOperator submits: the rendered job, its derived id and its workdir files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.sdk import DAG
+
+from iris_airflow_provider.operators.federated import IrisFederatedOperator
+
+
+def operator(tmp_path: Path, **kwargs: Any) -> tuple[IrisFederatedOperator, dict[str, Any]]:
+    with DAG(dag_id="train", schedule=None) as dag:
+        task = IrisFederatedOperator(task_id="fit", **kwargs)
+    dag.fileloc = str(tmp_path / "dags" / "train.py")  # where the DAG file lives
+    context = {
+        "ti": SimpleNamespace(dag_id="train", task_id="fit", run_id="manual__1", map_index=2),
+        "dag_run": SimpleNamespace(triggering_user_name="alice@example.com"),
+        "dag": dag,
+    }
+    return task, context
+
+
+def test_the_job_id_is_derived_from_the_task_instance_and_its_submitter(tmp_path: Path) -> None:
+    task, context = operator(tmp_path, job={"command": "true"})
+    assert task.job_spec(context).job_id == "/alice@example.com/train.fit.manual__1.2"
+
+
+def test_a_workdir_beside_the_dag_file_travels_and_the_jobs_own_files_win(tmp_path: Path) -> None:
+    code = tmp_path / "dags" / "code"
+    code.mkdir(parents=True)
+    (code / "run.sh").write_text("echo from the workdir\n")
+    (code / "params.txt").write_text("lr=0.1\n")
+    task, context = operator(
+        tmp_path, job={"command": "sh run.sh", "files": {"params.txt": "lr=0.2\n"}}, workdir="code"
+    )
+    assert task.job_spec(context).files == {"params.txt": "lr=0.2\n", "run.sh": "echo from the workdir\n"}
+
+
+def test_a_workdir_that_cannot_travel_fails_the_task_naming_it(tmp_path: Path) -> None:
+    task, context = operator(tmp_path, job={"command": "true"}, workdir="nowhere")
+    with pytest.raises(AirflowFailException) as caught:
+        task.job_spec(context)
+    # Relative to the DAG file's folder, and said so.
+    assert str(caught.value) == f"Invalid job:\nworkdir: '{tmp_path / 'dags' / 'nowhere'}' is not a directory"
+
+
+def test_a_bad_field_fails_the_task_naming_the_field_and_the_accepted_values(tmp_path: Path) -> None:
+    task, context = operator(tmp_path, job={"command": "true", "priority_band": "urgent"})
+    with pytest.raises(AirflowFailException, match=r"job\.priority_band") as caught:
+        task.job_spec(context)
+    assert "production" in str(caught.value) and "batch" in str(caught.value)
