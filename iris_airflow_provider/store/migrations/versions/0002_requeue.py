@@ -28,6 +28,8 @@ def upgrade() -> None:
     op.add_column("iris_jobs", sa.Column("handoff_since_ms", sa.BigInteger, nullable=True))
     op.add_column("iris_jobs", sa.Column("requeue_count", sa.Integer, nullable=False, server_default="0"))
     op.add_column("iris_jobs", sa.Column("avoided_peers", JSON, nullable=False, server_default=sa.text("'{}'")))
+    # Handoffs already being delivered: their clock starts no later than their last change.
+    op.execute("UPDATE iris_jobs SET handoff_since_ms = updated_at_ms WHERE handoff_state = 'pending'")
     op.create_table(
         "iris_abandoned_handoffs",
         sa.Column("peer_id", sa.Text, nullable=False),
