@@ -50,6 +50,12 @@ class HandoffRequest(Body):
     spec: dict[str, Any]
 
 
+class ReplicaStatus(Body):
+    index: int
+    state: JobState
+    exit_code: int | None = None
+
+
 class JobStatus(Body):
     job_id: str
     nonce: str
@@ -59,7 +65,7 @@ class JobStatus(Body):
     exit_code: int | None = None
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
-    replicas: list[dict[str, Any]] = Field(default_factory=list)  # {"index", "state", "exit_code"}
+    replicas: list[ReplicaStatus] = Field(default_factory=list)
     tombstone: bool = False
 
     def to_report(self) -> JobReport:
@@ -72,9 +78,7 @@ class JobStatus(Body):
             exit_code=self.exit_code,
             started_at_ms=self.started_at_ms,
             finished_at_ms=self.finished_at_ms,
-            replicas=tuple(
-                ReplicaReport(int(r["index"]), JobState(r["state"]), r.get("exit_code")) for r in self.replicas
-            ),
+            replicas=tuple(ReplicaReport(r.index, r.state, r.exit_code) for r in self.replicas),
         )
 
 

@@ -31,6 +31,7 @@ from iris_airflow_provider.peers.wire import (
     HandoffResponse,
     JobStatus,
     LogsResponse,
+    ReplicaStatus,
     SyncResponse,
 )
 from iris_airflow_provider.services.federation import LOCAL_ADMIN, Federation, now_ms
@@ -47,12 +48,12 @@ SYNC_OVERLAP = 500
 
 def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
     """A job as the peer API reports it; with ``backends``, its replicas as the backend running it sees them."""
-    replicas: list[dict[str, object]] = []
+    replicas: list[ReplicaStatus] = []
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
         report = backend.status(job.job_id)
         if report is not None and report.nonce == job.nonce:
-            replicas = [{"index": r.index, "state": r.state.value, "exit_code": r.exit_code} for r in report.replicas]
+            replicas = [ReplicaStatus(index=r.index, state=r.state, exit_code=r.exit_code) for r in report.replicas]
     return JobStatus(
         job_id=job.job_id,
         nonce=job.nonce,

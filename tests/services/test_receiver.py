@@ -128,7 +128,7 @@ def test_sync_reports_only_the_callers_jobs_with_a_full_snapshot_for_a_stale_cur
     assert not later.cursor_stale
     (delta,) = [d for d in later.deltas if d.job_id == "/alice/train"]
     assert (delta.state, delta.exit_code) == (JobState.SUCCEEDED, 0)
-    assert delta.replicas and delta.replicas[0]["exit_code"] == 0
+    assert [(r.index, r.state, r.exit_code) for r in delta.replicas] == [(0, JobState.SUCCEEDED, 0)]
     assert all(d.job_id != "/carol/x" for d in later.deltas)
     reset = peer.receiver.sync("marin", str(int(later.next_cursor) + 1000))  # the parent is ahead: this store was reset
     assert reset.cursor_stale
