@@ -6,13 +6,17 @@ between two others (the reference's newest ``PRIORITY``) cannot mis-order reclai
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import IntEnum
 
 BAND_PREFIX = "PRIORITY_BAND_"
 
 
-class Band(Enum):
-    """A priority band. ``rank``: lower is more important."""
+class Band(IntEnum):
+    """A priority band. ``rank`` (its value): lower is more important.
+
+    An ``IntEnum`` so that ordering and hashing run in C: placement sorts and groups every queued
+    job by band on every tick.
+    """
 
     PRODUCTION = 0
     PRIORITY = 1

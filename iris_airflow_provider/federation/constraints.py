@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 Scalar = str | int | float
 
@@ -100,21 +101,17 @@ def _names(ops: Iterable[Op]) -> str:
     return ", ".join(op.value for op in Op if op in set(ops))
 
 
-@dataclass(frozen=True, slots=True)
-class Constraint:
-    """``key op values``; build with :func:`make_constraint`, which validates and normalizes."""
+class Constraint(NamedTuple):
+    """``key op values``; build with :func:`make_constraint`, which validates and normalizes.
+
+    A named tuple, so hashing and comparing one runs in C: placement groups every queued job by
+    its constraints on every tick, and a dataclass's Python-level ``__hash__``/``__eq__`` made
+    that the largest cost of a pass over 100,000 jobs.
+    """
 
     key: str
     op: Op
     values: tuple[Scalar, ...] = ()
-    # Placement groups jobs by their constraints once per job per tick: hash once, not every time.
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.key, self.op, self.values)))
-
-    def __hash__(self) -> int:
-        return self._hash
 
     def to_wire(self) -> dict[str, object]:
         return {"key": self.key, "op": self.op.value, "values": list(self.values)}

@@ -217,7 +217,8 @@ def test_unknown_fields_are_named_with_the_accepted_ones(tmp_path: Path) -> None
     assert "backends" in found[str(path)] and "peers" in found[str(path)]
     assert found[f"{path}: placement"] == (
         "unknown field(s) tick; accepted: tick_interval_seconds, sync_interval_seconds, max_handoffs_per_cycle, "
-        "heartbeat_staleness_seconds, heartbeat_timeout_seconds, delivery_timeout_seconds"
+        "heartbeat_staleness_seconds, heartbeat_timeout_seconds, delivery_timeout_seconds, requeue_after_seconds, "
+        "requeue_avoid_seconds, max_requeues"
     )
     assert found[f"{path}: backends[0]"] == (
         "unknown field(s) gpus; accepted: id, kind, devices, device_type, attributes, max_running_jobs, state_dir, env"
