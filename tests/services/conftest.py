@@ -29,23 +29,8 @@ def lite(tmp_path: Path, sqlite_store: FederationStore) -> Iterator[World]:
     world.close()
 
 
-@pytest.fixture
-def lite_with(tmp_path: Path, sqlite_store: FederationStore) -> Iterator[Callable[..., World]]:
-    """A world on SQLite with other placement settings (timeouts, staleness)."""
-    worlds: list[World] = []
-
-    def make(**placement: Any) -> World:
-        worlds.append(World(tmp_path, sqlite_store, **placement))
-        return worlds[-1]
-
-    yield make
-    for world in worlds:
-        world.close()
-
-
-@pytest.fixture
-def world_with(tmp_path: Path, store: FederationStore) -> Iterator[Callable[..., World]]:
-    """A world on SQLite and PostgreSQL with other placement settings."""
+def _worlds(tmp_path: Path, store: FederationStore) -> Iterator[Callable[..., World]]:
+    """Make worlds with other placement settings (timeouts, staleness); close them afterwards."""
     worlds: list[World] = []
 
     def make(**placement: Any) -> World:
@@ -55,3 +40,15 @@ def world_with(tmp_path: Path, store: FederationStore) -> Iterator[Callable[...,
     yield make
     for world in worlds:
         world.close()
+
+
+@pytest.fixture
+def lite_with(tmp_path: Path, sqlite_store: FederationStore) -> Iterator[Callable[..., World]]:
+    """Worlds on SQLite with other placement settings."""
+    yield from _worlds(tmp_path, sqlite_store)
+
+
+@pytest.fixture
+def world_with(tmp_path: Path, store: FederationStore) -> Iterator[Callable[..., World]]:
+    """Worlds on SQLite and PostgreSQL with other placement settings."""
+    yield from _worlds(tmp_path, store)
