@@ -44,6 +44,8 @@ DELIVERY_BACKOFF_MAX_MS = 300_000
 # A local job is admitted to the store before its backend has it: a job never reported is only
 # "gone" from its backend once its submitter has had this long to hand it over.
 LOCAL_START_GRACE_MS = 60_000
+# What a requeue left on a peer that is no longer configured is forgotten after this long.
+ABANDONED_UNCONFIGURED_TTL_MS = 7 * 24 * 3600 * 1000
 # At submit, a peer without a fresh heartbeat is asked again at most this often.
 STALE_PROBE_COOLDOWN_MS = 30_000
 RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
@@ -598,9 +600,13 @@ class Federation:
     def _terminate_abandoned(self, report: TickReport) -> None:
         """Stop incarnations a requeue left behind on peers that may have admitted them; peers in parallel."""
         by_peer: dict[str, list[AbandonedHandoff]] = defaultdict(list)
+        now = self.clock()
         for handoff in self.store.abandoned_handoffs():
-            if handoff.peer_id in self.peers:  # one removed from the configuration cannot be asked
+            if handoff.peer_id in self.peers:
                 by_peer[handoff.peer_id].append(handoff)
+            elif now - handoff.abandoned_at_ms > ABANDONED_UNCONFIGURED_TTL_MS:
+                # A peer removed from the configuration cannot be asked; after a week, stop waiting for it.
+                self.store.forget_abandoned(handoff, now, terminated=False)
 
         def terminate_all(peer: Peer) -> None:
             for handoff in by_peer[peer.peer_id]:

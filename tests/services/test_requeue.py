@@ -14,6 +14,7 @@ from iris_airflow_provider.federation import reasons
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.monitoring import explain_job
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
+from iris_airflow_provider.services.federation import ABANDONED_UNCONFIGURED_TTL_MS
 from iris_airflow_provider.store.records import pending_reason_history
 from tests.services.world import ALICE, World, event_kinds, spec, tick_until
 
@@ -149,8 +150,14 @@ def test_a_job_whose_peer_left_the_configuration_is_requeued(lite: World) -> Non
     assert lite.job("/alice/orphan").last_delivery_error == "peer cw-h100 is not configured"
     assert without.tick().delivered == ["/alice/orphan"]
     assert lite.job("/alice/orphan").peer_id == "cw-spare"
-    # It cannot be asked to drop what it may hold; that waits until it is configured again.
+    # It cannot be asked to drop what it may hold; that waits until it is configured again, a week at most.
     assert [(h.peer_id, h.job_id) for h in lite.store.abandoned_handoffs()] == [("cw-h100", "/alice/orphan")]
+    lite.clock.advance(ABANDONED_UNCONFIGURED_TTL_MS)
+    without.tick()
+    assert len(lite.store.abandoned_handoffs()) == 1
+    lite.clock.advance(1)
+    without.tick()
+    assert lite.store.abandoned_handoffs() == []
 
 
 def test_a_pinned_job_keeps_retrying_its_pin_and_is_never_requeued(lite_with: Callable[..., World]) -> None:
