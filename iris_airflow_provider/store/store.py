@@ -524,6 +524,14 @@ class FederationStore:
             )
             detail = f"requeue {row['requeue_count'] + 1} of {max_requeues}: {reason}"
             _event(connection, job_id, now_ms, "requeued", None, HandoffState.QUEUED, peer_id, detail)
+            _notice(
+                connection,
+                job_id,
+                nonce,
+                f"Back in the queue: peer {peer_id} could not take the job ({detail}); "
+                f"it avoids that peer for {max(0, avoid_until_ms - now_ms) // 1000} s",
+                now_ms,
+            )
         return RequeueOutcome.REQUEUED
 
     def abandoned_handoffs(self) -> list[AbandonedHandoff]:
@@ -699,14 +707,7 @@ class FederationStore:
             if current is None:
                 return False
             _event(connection, job_id, now_ms, kind, None, current[0], peer_id, message)
-            seq = connection.execute(
-                job_logs.insert()
-                .values(job_id=job_id, nonce=nonce, at_ms=now_ms, line=f"[iris-federation] Warning: {message}")
-                .returning(job_logs.c.seq)
-            ).scalar_one()
-            connection.execute(
-                jobs.update().where(jobs.c.job_id == job_id).values(last_log_seq=seq, **_touched(now_ms))
-            )
+            _notice(connection, job_id, nonce, f"Warning: {message}", now_ms)
         return True
 
     def log_lines(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[tuple[int, str]]:
@@ -966,6 +967,17 @@ def _incarnation(
         "origin_task_id": origin.task_id if origin else None,
         "origin_map_index": origin.map_index if origin else None,
     }
+
+
+def _notice(connection: sa.Connection, job_id: str, nonce: str, text: str, now_ms: int) -> None:
+    """A line from the federation itself in the job's relayed output (prefixed, so it is not taken
+    for the job's own), which its waiting task copies into the task log."""
+    seq = connection.execute(
+        job_logs.insert()
+        .values(job_id=job_id, nonce=nonce, at_ms=now_ms, line=f"[iris-federation] {text}")
+        .returning(job_logs.c.seq)
+    ).scalar_one()
+    connection.execute(jobs.update().where(jobs.c.job_id == job_id).values(last_log_seq=seq, **_touched(now_ms)))
 
 
 def _touched(now_ms: int) -> dict[str, Any]:

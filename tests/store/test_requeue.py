@@ -53,6 +53,11 @@ def test_a_requeued_handoff_is_queued_again_avoiding_its_peer_and_remembered_the
     [left] = store.abandoned_handoffs()
     assert (left.peer_id, left.job_id, left.nonce) == ("cw", "/alice/train", nonce)
     assert store.events("/alice/train")[-1].detail == "requeue 1 of 3: unavailable: connection refused"
+    # Said in the output the waiting task relays, too: its log says why the job is queued again.
+    assert [line for _, line in store.log_lines("/alice/train")] == [
+        "[iris-federation] Back in the queue: peer cw could not take the job (requeue 1 of 3: unavailable: "
+        "connection refused); it avoids that peer for 1 s"
+    ]
 
 
 def test_avoidances_accumulate_and_expired_ones_are_dropped(store: FederationStore) -> None:
