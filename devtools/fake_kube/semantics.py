@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -295,30 +297,15 @@ def json_patch(target: Any, operations: list[Any]) -> Any:
 
 # Quantities and requests -------------------------------------------------------------------------
 
-_QUANTITY = re.compile(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)")
-_SUFFIX: dict[str, Decimal | int] = {
-    "": 1,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-}
-
 
 def quantity(value: Any) -> Decimal:
-    match = _QUANTITY.fullmatch(str(value).strip())
-    if match is None or match.group(2) not in _SUFFIX:
-        raise ValueError("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
-    return Decimal(match.group(1)) * Decimal(_SUFFIX[match.group(2)])
+    try:
+        return parse_quantity(str(value).strip())
+    except (ValueError, ArithmeticError):
+        # The API server's own words for a malformed quantity.
+        raise ValueError(
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+        ) from None
 
 
 def is_extended(resource: str) -> bool:

@@ -26,11 +26,11 @@ No I/O, no clock: the observation time comes in as an argument.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
 
 from iris_airflow_provider.federation.availability import AVAILABILITY_METRIC_VERSION, Availability
 from iris_airflow_provider.federation.bands import BAND_PREFIX, Band
@@ -311,41 +311,16 @@ def _affinity_values(pod: Any, key: str) -> list[str] | None:
     return values or None
 
 
-_QUANTITY = re.compile(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)")
-_SUFFIXES: dict[str, Decimal | int] = {
-    "": 1,
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
 def parse_quantity(value: Any) -> int:
     """A Kubernetes quantity as a whole number, rounded up (``"8"`` -> 8, ``"500m"`` -> 1); None -> 0."""
     if value is None:
         return 0
     if isinstance(value, int | float):
         return math.ceil(value)
-    match = _QUANTITY.fullmatch(str(value).strip())
-    if match is None or match.group(2) not in _SUFFIXES:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
     try:
-        number = Decimal(match.group(1)) * Decimal(_SUFFIXES[match.group(2)])
-    except InvalidOperation:
+        return int(math.ceil(kubernetes_quantity(str(value).strip())))
+    except (ValueError, ArithmeticError):
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
-    return math.ceil(number)
 
 
 __all__ = [
