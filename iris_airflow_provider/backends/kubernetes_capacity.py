@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
@@ -318,9 +319,10 @@ def parse_quantity(value: Any) -> int:
     if isinstance(value, int | float):
         return math.ceil(value)
     try:
-        return int(math.ceil(kubernetes_quantity(str(value).strip())))
+        amount: Decimal = kubernetes_quantity(str(value).strip())
     except (ValueError, ArithmeticError):
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
+    return math.ceil(amount)
 
 
 __all__ = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -105,18 +106,18 @@ class Receiver:
             ) from None
 
     def _admit(self, caller: str, request: HandoffRequest, spec: JobSpec, backend_id: str) -> HandoffResponse:
+        # What a new incarnation here starts from, whether the job id is new or a finished one's.
+        incarnation: dict[str, Any] = {
+            "direction": Direction.RECEIVED,
+            "submitting_user": request.submitting_user,
+            "owner_principal": request.owner_principal,
+            "peer_id": caller,
+            "backend_id": backend_id,
+            "nonce": request.nonce,
+        }
         existing = self.store.get_job(spec.job_id)
         if existing is None:
-            admission = self.store.admit(
-                spec,
-                direction=Direction.RECEIVED,
-                now_ms=self.clock(),
-                submitting_user=request.submitting_user,
-                owner_principal=request.owner_principal,
-                peer_id=caller,
-                backend_id=backend_id,
-                nonce=request.nonce,
-            )
+            admission = self.store.admit(spec, now_ms=self.clock(), **incarnation)
             if not admission.created:  # a concurrent delivery won the insert: judge against it
                 return self._admit(caller, request, spec, backend_id)
             job, replay = admission.job, False
@@ -135,16 +136,7 @@ class Receiver:
                 f"Job {spec.job_id} is still running here as an earlier incarnation; cancel it first",
             )
         else:
-            reincarnated = self.store.reincarnate(
-                spec,
-                direction=Direction.RECEIVED,
-                now_ms=self.clock(),
-                submitting_user=request.submitting_user,
-                owner_principal=request.owner_principal,
-                peer_id=caller,
-                backend_id=backend_id,
-                nonce=request.nonce,
-            )
+            reincarnated = self.store.reincarnate(spec, now_ms=self.clock(), **incarnation)
             if reincarnated is None:  # it came back to life under us: try again from the top
                 return self._admit(caller, request, spec, backend_id)
             job, replay = reincarnated, False
