@@ -173,11 +173,12 @@ def test_another_incarnation_still_running_is_already_exists(url: str) -> None:
     assert "earlier incarnation" in says
 
 
-def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str) -> None:
+def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str, peer: Peer) -> None:
     marin(url).deliver(handoff())
     west = AirflowPeer("cw-east", url, TokenMinter("cw-west", OTHER_PRIVATE))
     assert "/alice/train" not in west.sync(["/alice/train"], "").reports
     assert west.cancel("/alice/train") is False
+    assert not peer.store.get_job("/alice/train").cancel_requested
     refused(lambda: west.logs("/alice/train", "", 10), PeerErrorCode.NOT_FOUND)
 
 

@@ -45,7 +45,7 @@ def test_a_gs_path_bound_for_an_s3_only_peer_is_flagged_before_the_handoff(world
     assert "object_store_mismatch" not in event_kinds(world.store, "/alice/s3")
     done = tick_until(federation, world.store, "/alice/gs", JobState.SUCCEEDED)
     assert [line for _, line in world.store.log_lines("/alice/gs")][-1].endswith("trained")
-    assert done.state is JobState.SUCCEEDED
+    assert (done.peer_id, done.exit_code) == ("cw-east", 0)
 
 
 def test_explain_shows_which_backends_cannot_read_a_queued_jobs_paths(world: World) -> None:
