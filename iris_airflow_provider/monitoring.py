@@ -31,7 +31,7 @@ from iris_airflow_provider.federation.object_stores import unreadable_paths
 from iris_airflow_provider.federation.placement import plan
 from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
 from iris_airflow_provider.runner import RUNNER_DAG_ID, runner_run_id
-from iris_airflow_provider.services.federation import Federation, candidate_of
+from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.queries import ActiveCount, MonitoringQueries, job_dag_id
 from iris_airflow_provider.store.records import BackendRecord, JobRecord, pending_reason_history
 from iris_airflow_provider.store.schema import job_logs
@@ -349,7 +349,7 @@ def explain_job(federation: Federation, job: JobRecord, now_ms: int) -> dict[str
 
 def _explain_queued(federation: Federation, job: JobRecord, now_ms: int) -> dict[str, Any]:
     queued = federation.store.queued_jobs()
-    candidates = [candidate_of(j, now_ms) for j in queued]
+    candidates = federation.candidates(queued, now_ms)
     mine = next((c for c in candidates if c.job_id == job.job_id), None)
     if mine is None:  # promoted or cancelled since it was read
         return {"status": "changed", "summary": "It changed while being explained; reload."}

@@ -10,7 +10,7 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
@@ -364,12 +364,26 @@ class Federation:
                 outcome[peer_id] = "ok"
         return outcome
 
+    def candidates(self, queued: Iterable[JobRecord], now_ms: int) -> list[Candidate]:
+        """Queued jobs as the placement pass sees them at ``now_ms``. A job avoids the peers it was
+        requeued from for a while, and any peer still to be told to drop what it left there: a new
+        delivery would meet that earlier incarnation still running."""
+        leftovers: dict[str, set[str]] = defaultdict(set)
+        for handoff in self.store.abandoned_handoffs():
+            leftovers[handoff.job_id].add(handoff.peer_id)
+        return [
+            Candidate.from_job(
+                job.job_spec, job.submitted_at_ms, {*job.avoided_peer_ids(now_ms), *leftovers.get(job.job_id, ())}
+            )
+            for job in queued
+        ]
+
     def _place(self, report: TickReport) -> None:
         now = self.clock()
         queued = {job.job_id: job for job in self.store.queued_jobs()}
         peer_states = self.store.peer_states()
         result = plan(
-            [candidate_of(job, now) for job in queued.values()],
+            self.candidates(queued.values(), now),
             peer_states,
             self.store.ledger(),
             now_ms=self.clock(),
@@ -621,11 +635,6 @@ class Federation:
         ).items():
             if isinstance(result, BaseException):
                 log.info("Could not reach peer %s about jobs left there by a requeue: %s", peer_id, result)
-
-
-def candidate_of(job: JobRecord, now_ms: int) -> Candidate:
-    """A queued job as the placement pass sees it at ``now_ms``."""
-    return Candidate.from_job(job.job_spec, job.submitted_at_ms, job.avoided_peer_ids(now_ms))
 
 
 def _decision_of(job: JobRecord) -> Decision:

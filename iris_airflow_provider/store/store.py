@@ -466,13 +466,14 @@ class FederationStore:
         until ``avoid_until_ms``; once the job has been requeued ``max_requeues`` times, fail it instead.
 
         Either way the peer is remembered as possibly holding this incarnation (an answer may have
-        been lost), so it is told to terminate it there. Only an unpinned handoff still pending on
-        ``peer_id``, uncancelled and not terminal, moves.
+        been lost), so it is told to terminate it there; a requeued job goes on under a new nonce.
+        Only a handoff still pending on ``peer_id``, uncancelled and not terminal, moves (whether a
+        pinned job may move at all is the caller's decision).
         """
         with self._write() as connection:
             row = (
                 connection.execute(
-                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers, jobs.c.row_version)
+                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers)
                     .where(
                         jobs.c.job_id == job_id,
                         jobs.c.nonce == nonce,
@@ -498,7 +499,7 @@ class FederationStore:
                 message = reasons.requeues_exhausted(row["requeue_count"], peer_id, reason)
                 connection.execute(
                     jobs.update()
-                    .where(jobs.c.job_id == job_id, jobs.c.row_version == row["row_version"])
+                    .where(jobs.c.job_id == job_id)  # locked by the read above
                     .values(handoff_state=HandoffState.REJECTED.value, last_delivery_error=reason, **_touched(now_ms))
                 )
                 _event(connection, job_id, now_ms, "rejected", None, HandoffState.REJECTED, peer_id, reason)
@@ -506,10 +507,14 @@ class FederationStore:
                 return RequeueOutcome.EXHAUSTED
             avoided = {p: until for p, until in (row["avoided_peers"] or {}).items() if until > now_ms}
             avoided[peer_id] = max(avoid_until_ms, avoided.get(peer_id, 0))
+            # A new nonce: the peer it left may hold the old one (terminated there by that nonce), and
+            # a later delivery must never be taken there for a replay of what was terminated.
+            fresh_nonce = uuid.uuid4().hex
             connection.execute(
                 jobs.update()
-                .where(jobs.c.job_id == job_id, jobs.c.row_version == row["row_version"])
+                .where(jobs.c.job_id == job_id)  # locked by the read above
                 .values(
+                    nonce=fresh_nonce,
                     handoff_state=HandoffState.QUEUED.value,
                     peer_id="",
                     backend_id="",
@@ -527,7 +532,7 @@ class FederationStore:
             _notice(
                 connection,
                 job_id,
-                nonce,
+                fresh_nonce,
                 f"Back in the queue: peer {peer_id} could not take the job ({detail}); "
                 f"it avoids that peer for {max(0, avoid_until_ms - now_ms) // 1000} s",
                 now_ms,
@@ -1025,17 +1030,8 @@ def _promote(connection: sa.Connection, promotion: Promotion, now_ms: int) -> bo
             handoff_since_ms=now_ms,
             **_touched(now_ms),
         )
-        .returning(jobs.c.nonce)
-    ).first()
+    ).rowcount
     if promoted:
-        # Back on a peer it was requeued from: that peer is to keep (or receive) this incarnation now.
-        connection.execute(
-            abandoned_handoffs.delete().where(
-                abandoned_handoffs.c.peer_id == promotion.peer_id,
-                abandoned_handoffs.c.job_id == promotion.job_id,
-                abandoned_handoffs.c.nonce == promoted[0],
-            )
-        )
         detail = f"backend {promotion.backend_id or '(force-routed)'}"
         if promotion.preempts:
             detail += ", reclaiming lower-band capacity"

@@ -197,3 +197,42 @@ def test_an_agentless_peer_too_small_for_the_job_answers_resource_exhausted(lite
     assert caught.value.code is PeerErrorCode.RESOURCE_EXHAUSTED and caught.value.requeues
     assert "cannot ever host 1 x 8 h100" in caught.value.message
     assert lite.peer_backend("cw-h100").status("/alice/big") is None
+
+
+def test_back_on_the_peer_it_left_the_job_runs_there_instead_of_replaying_what_was_stopped(
+    lite_with: Callable[..., World],
+) -> None:
+    world = lite_with(requeue_after_seconds=REQUEUE_AFTER_S, requeue_avoid_seconds=AVOID_S)
+    peer = world.peers["cw-h100"]
+    peer.lost_answers["deliver"] = PeerError(PeerErrorCode.UNAVAILABLE, "connection reset")
+    peer.errors["sync"] = PeerError(PeerErrorCode.UNAVAILABLE, "connection reset")
+    federation = world.federation()
+    federation.submit(spec("/alice/again", "echo ran", h100=1), submitting_user=ALICE)
+    federation.tick()  # admitted on cw-h100 behind a lost answer
+    world.clock.advance(REQUEUE_AFTER_S * 1000 + 30_000)
+    assert federation.tick().requeued == ["/alice/again"]  # and what it left there is stopped
+    assert world.store.abandoned_handoffs() == []
+
+    del peer.lost_answers["deliver"], peer.errors["sync"]
+    assert federation.tick().promoted == []  # cw-h100, the only h100 peer, is avoided for now
+    world.clock.advance(AVOID_S * 1000)
+    assert federation.tick().delivered == ["/alice/again"]
+    done = tick_until(federation, world.store, "/alice/again", JobState.SUCCEEDED)
+    assert (done.peer_id, done.exit_code) == ("cw-h100", 0)
+
+
+def test_a_peer_still_to_be_told_to_drop_a_job_is_avoided_until_it_has(lite: World) -> None:
+    lite.add_peer("cw-spare", h100=4)
+    lite.peers["cw-h100"].errors["deliver"] = TOO_SMALL
+    lite.peers["cw-h100"].errors["cancel"] = PeerError(PeerErrorCode.UNAVAILABLE, "connection refused")
+    federation = lite.federation()
+    job = federation.submit(spec("/alice/left", h100=1), submitting_user=ALICE).job
+    assert job is not None
+    assert federation.tick().requeued == ["/alice/left"]
+    requeued = lite.job("/alice/left")
+    [candidate] = federation.candidates([requeued], lite.clock() + AVOID_S * 1000 * 10)  # avoidance long over
+    assert candidate.avoided_peer_ids == frozenset({"cw-h100"})  # its old incarnation is still to be stopped
+    del lite.peers["cw-h100"].errors["cancel"]
+    federation.tick()
+    [candidate] = federation.candidates([requeued], lite.clock() + AVOID_S * 1000 * 10)
+    assert candidate.avoided_peer_ids == frozenset()

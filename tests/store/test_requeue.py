@@ -46,7 +46,8 @@ def test_a_requeued_handoff_is_queued_again_avoiding_its_peer_and_remembered_the
         "",
         "",
     )
-    assert (job.requeue_count, job.nonce, job.handoff_since_ms) == (1, nonce, None)
+    assert (job.requeue_count, job.handoff_since_ms) == (1, None)
+    assert job.nonce != nonce  # goes on as a new nonce: the old one may live on at the peer it left
     assert job.avoided_peers == {"cw": NOW + 1_010}
     assert job.last_delivery_error == "unavailable: connection refused" and job.delivery_attempts == 0
     assert [j.job_id for j in store.queued_jobs()] == ["/alice/train"]
@@ -61,13 +62,15 @@ def test_a_requeued_handoff_is_queued_again_avoiding_its_peer_and_remembered_the
 
 
 def test_avoidances_accumulate_and_expired_ones_are_dropped(store: FederationStore) -> None:
-    nonce = pending(store, peer="cw-a")
-    requeue(store, nonce, peer="cw-a", now=NOW + 10)
+    def current_nonce() -> str:
+        return store.get_job("/alice/train").nonce
+
+    requeue(store, pending(store, peer="cw-a"), peer="cw-a", now=NOW + 10)
     assert store.promote(promotion(peer="cw-b"), NOW + 20)
-    requeue(store, nonce, peer="cw-b", now=NOW + 30)
+    requeue(store, current_nonce(), peer="cw-b", now=NOW + 30)
     assert store.get_job("/alice/train").avoided_peers == {"cw-a": NOW + 1_010, "cw-b": NOW + 1_030}
     assert store.promote(promotion(peer="cw-c"), NOW + 1_020)
-    requeue(store, nonce, peer="cw-c", now=NOW + 1_020)  # cw-a's avoidance has ended by now
+    requeue(store, current_nonce(), peer="cw-c", now=NOW + 1_020)  # cw-a's avoidance has ended by now
     job = store.get_job("/alice/train")
     assert job.avoided_peers == {"cw-b": NOW + 1_030, "cw-c": NOW + 2_020}
     assert job.avoided_peer_ids(NOW + 1_025) == ["cw-b", "cw-c"] and job.avoided_peer_ids(NOW + 1_030) == ["cw-c"]
@@ -103,11 +106,14 @@ def test_the_requeue_after_the_budget_fails_the_job_for_good(store: FederationSt
     assert len(store.abandoned_handoffs()) == 1  # it may still be there: told to stop all the same
 
 
-def test_promoting_back_onto_the_peer_it_left_keeps_that_incarnation_there(store: FederationStore) -> None:
+def test_promoting_back_onto_the_peer_it_left_delivers_a_new_nonce_there(store: FederationStore) -> None:
     nonce = pending(store)
     requeue(store, nonce)
     assert store.promote(promotion(peer="cw"), NOW + 2_000)
-    assert store.abandoned_handoffs() == []  # a terminate now could kill the very handoff being delivered
+    job = store.get_job("/alice/train")
+    assert (job.peer_id, job.handoff_state) == ("cw", HandoffState.PENDING) and job.nonce != nonce
+    # What is to be terminated there is the old nonce only, never the one now being delivered.
+    assert [h.nonce for h in store.abandoned_handoffs()] == [nonce]
 
 
 def test_a_confirmed_abandoned_handoff_is_forgotten_with_an_event_when_it_was_stopped(store: FederationStore) -> None:
