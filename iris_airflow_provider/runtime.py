@@ -53,12 +53,23 @@ def get_federation(conn_id: str | None = None) -> Federation:
 _receivers: dict[tuple[str, str], Receiver] = {}
 
 
+_verifiers: dict[str, TokenVerifier] = {}
+
+
 def get_verifier() -> TokenVerifier:
-    """Checks the signed identity of clusters calling this one's peer API."""
+    """Checks the signed identity of clusters calling this one's peer API. Built once per cluster
+    file, like the federation itself, not on every request: keys are read and parsed here."""
     from iris_airflow_provider.peers.identity import read_pem
 
-    config = cluster_config()
-    return TokenVerifier({name: read_pem(peer.public_key) for name, peer in config.federation.trusted_peers.items()})
+    path = cluster_config_path()
+    with _lock:
+        verifier = _verifiers.get(path)
+        if verifier is None:
+            trusted = cluster_config().federation.trusted_peers
+            verifier = _verifiers[path] = TokenVerifier(
+                {name: read_pem(peer.public_key) for name, peer in trusted.items()}
+            )
+        return verifier
 
 
 def get_receiver(conn_id: str | None = None) -> Receiver:

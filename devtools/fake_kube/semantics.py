@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
-import math
 import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -490,11 +488,3 @@ def validate_config_data(obj: Mapping[str, Any], kind: str) -> list[str]:
     if size > MAX_CONFIG_BYTES:
         problems.append(f"[]: Too long: must have at most {MAX_CONFIG_BYTES} bytes")
     return problems
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def ceil_int(value: Decimal) -> int:
-    return math.ceil(value)

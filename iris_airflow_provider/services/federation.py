@@ -572,7 +572,7 @@ class Federation:
     def _relay(self, job: JobRecord, read: Callable[[JobRecord], LogChunk]) -> None:
         try:
             chunk = read(job)
-        except (PeerError, OSError) as error:
+        except (PeerError, OSError, ValueError) as error:  # ValueError: a malformed answer (pydantic's too)
             log.info("Could not relay output of %s this tick: %s", job.job_id, error)
             return
         if chunk.lines or chunk.next_cursor != job.log_cursor:

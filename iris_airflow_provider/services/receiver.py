@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 # every sync re-reads this many events before the cursor. Deltas are whole job states, so a
 # repeated one is harmless.
 SYNC_OVERLAP = 500
+# Jobs per answer; a parent further behind catches up over several syncs. Far above the overlap,
+# so that each answer gets past the jobs it re-reads.
+SYNC_LIMIT = 10_000
 
 
 def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
@@ -52,7 +55,11 @@ def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) ->
     replicas: list[ReplicaStatus] = []
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
-        report = backend.status(job.job_id)
+        try:
+            report = backend.status(job.job_id)
+        except Exception as error:  # the job's own state is in the store; replicas are extra detail
+            log.info("Could not read the replicas of %s: %s", job.job_id, error)
+            report = None
         if report is not None and report.nonce == job.nonce:
             replicas = [ReplicaStatus(index=r.index, state=r.state, exit_code=r.exit_code) for r in report.replicas]
     return JobStatus(
@@ -213,10 +220,12 @@ class Receiver:
             jobs = self.store.received_jobs(caller)
             deltas = [job_status(j, self.backends) for j in jobs]
             return SyncResponse(deltas=deltas, next_cursor=str(latest), cursor_stale=True)
-        changed = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP))
-        records = self.store.get_jobs(changed)
+        changes = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP), limit=SYNC_LIMIT)
+        if len(changes) == SYNC_LIMIT:  # more than one answer holds: the parent asks again from here
+            latest = changes[-1][1]
+        records = self.store.get_jobs([job_id for job_id, _ in changes])
         deltas = []
-        for job_id in changed:
+        for job_id, _ in changes:
             job = records.get(job_id)
             if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
                 deltas.append(JobStatus(job_id=job_id, nonce="", state="killed", tombstone=True))

@@ -149,7 +149,7 @@ class AsyncFederationStore:
             query = sa.select(sa.func.count()).where(
                 jobs.c.state.not_in(TERMINAL_VALUES),
                 sa.or_(
-                    jobs.c.direction == Direction.LOCAL.value,
+                    jobs.c.direction.in_([Direction.LOCAL.value, Direction.RECEIVED.value]),  # run by our backends
                     jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
                 ),
             )

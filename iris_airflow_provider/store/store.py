@@ -745,8 +745,9 @@ class FederationStore:
         with self._read() as connection:
             return [JobRecord.from_row(row) for row in connection.execute(query.order_by(jobs.c.job_id)).mappings()]
 
-    def received_changes(self, requester: str, *, after_seq: int, limit: int = 10_000) -> list[str]:
-        """Ids of jobs received from ``requester`` with history events after ``after_seq``, oldest change first."""
+    def received_changes(self, requester: str, *, after_seq: int, limit: int = 10_000) -> list[tuple[str, int]]:
+        """Jobs received from ``requester`` with history events after ``after_seq``, as (job id, seq of
+        its newest event), oldest change first."""
         query = (
             sa.select(job_events.c.job_id, sa.func.max(job_events.c.seq).label("last"))
             .where(job_events.c.seq > after_seq, job_events.c.peer_id == requester)
@@ -755,7 +756,7 @@ class FederationStore:
             .limit(limit)
         )
         with self._read() as connection:
-            return [row[0] for row in connection.execute(query)]
+            return [(row[0], row[1]) for row in connection.execute(query)]
 
     # Peers -------------------------------------------------------------------------------------
 

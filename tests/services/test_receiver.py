@@ -11,6 +11,7 @@ import pytest
 
 from iris_airflow_provider.federation.states import Direction, JobState
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
+from iris_airflow_provider.services import receiver as receiver_module
 from iris_airflow_provider.store.store import FederationStore
 from tests.receiving_peer import Peer, stop_all_jobs
 
@@ -171,3 +172,17 @@ def test_terminate_with_a_nonce_stops_only_that_incarnation(peer: Peer) -> None:
     assert not peer.store.get_job("/alice/train").cancel_requested
     peer.receiver.terminate("marin", "/alice/train", "n1")
     assert peer.wait_until_finished().state is JobState.KILLED
+
+
+def test_a_parent_far_behind_catches_up_over_several_syncs_without_losing_a_job(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(receiver_module, "SYNC_LIMIT", 2)
+    monkeypatch.setattr(receiver_module, "SYNC_OVERLAP", 0)  # the overlap is far below the real limit
+    for name in ("a", "b", "c"):
+        peer.handoff(f"n-{name}", job_id=f"/alice/{name}")
+    first = peer.receiver.sync("marin", "0")
+    assert [d.job_id for d in first.deltas] == ["/alice/a", "/alice/b"]
+    assert int(first.next_cursor) < peer.store.latest_event_seq()  # not past what it left out
+    second = peer.receiver.sync("marin", first.next_cursor)
+    assert "/alice/c" in [d.job_id for d in second.deltas]
