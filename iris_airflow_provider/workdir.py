@@ -9,6 +9,7 @@ symlink that leads outside the directory.
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 from iris_airflow_provider.federation.model import BASE64_PREFIX, MAX_FILES, MAX_FILES_BYTES
@@ -35,27 +36,32 @@ class WorkdirError(ValueError):
 
 
 def pack_workdir(directory: str | Path) -> dict[str, str]:
-    """Every file under ``directory`` as ``{relative path: content}``, in path order."""
+    """Every file under ``directory`` as ``{relative path: content}``, in path order.
+
+    Skipped directories are never entered, and the limits are checked on file sizes before any
+    file is read, so a directory that cannot travel is refused without loading it.
+    """
     root = Path(directory).expanduser()
     if not root.is_dir():
         raise WorkdirError(f"workdir: {str(directory)!r} is not a directory")
     root = root.resolve()
-    files: dict[str, str] = {}
     sizes: dict[str, int] = {}
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if any(part in SKIPPED_DIRECTORIES for part in relative.parts) or path.suffix in SKIPPED_SUFFIXES:
-            continue
-        if not path.resolve().is_relative_to(root) or not path.is_file():
-            continue  # a directory, or a link out of the workdir (it would not exist on the peer)
-        data = path.read_bytes()
-        name = relative.as_posix()
-        sizes[name] = len(data)
-        files[name] = _content(data)
-        if len(files) > MAX_FILES:
-            raise WorkdirError(
-                f"workdir: {str(directory)!r} holds more than {MAX_FILES} files; at most {MAX_FILES} travel with a job"
-            )
+    paths: dict[str, Path] = {}
+    for folder, subfolders, names in os.walk(root, followlinks=False):
+        subfolders[:] = [name for name in subfolders if name not in SKIPPED_DIRECTORIES]
+        for name in names:
+            path = Path(folder) / name
+            if path.suffix in SKIPPED_SUFFIXES:
+                continue
+            if not path.resolve().is_relative_to(root) or not path.is_file():
+                continue  # a link out of the workdir (it would not exist on the peer), or not a file
+            relative = path.relative_to(root).as_posix()
+            sizes[relative], paths[relative] = path.stat().st_size, path
+            if len(sizes) > MAX_FILES:
+                raise WorkdirError(
+                    f"workdir: {str(directory)!r} holds more than {MAX_FILES} files; "
+                    f"at most {MAX_FILES} travel with a job"
+                )
     total = sum(sizes.values())
     if total > MAX_FILES_BYTES:
         largest = ", ".join(f"{name} ({size} bytes)" for name, size in sorted(sizes.items(), key=lambda i: -i[1])[:3])
@@ -63,7 +69,7 @@ def pack_workdir(directory: str | Path) -> dict[str, str]:
             f"workdir: {str(directory)!r} holds {total} bytes, more than the {MAX_FILES_BYTES} that travel with a "
             f"job (largest: {largest}); put large inputs in an object store the peer can read"
         )
-    return files
+    return {name: _content(paths[name].read_bytes()) for name in sorted(paths)}
 
 
 def _content(data: bytes) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import calendar
 import contextlib
 import copy
 import os
@@ -803,4 +804,4 @@ def _ranges(indexes: list[int]) -> str:
 
 
 def _epoch(stamp: str) -> float:
-    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))  # UTC, whatever the local zone

@@ -302,7 +302,7 @@ class KubernetesBackend:
     # Submit ------------------------------------------------------------------------------------
 
     def submit(self, submission: Submission) -> SubmitOutcome:
-        placement = self._placement(submission.spec)
+        placement: JobPlacement | None = None  # worked out (from the nodes) only when a Job is to be made
         name = job_name(submission.job_id)
         batch = self.hook.batch_v1_client
         from kubernetes.client.exceptions import ApiException
@@ -314,6 +314,8 @@ class KubernetesBackend:
                     outcome = self._settle_existing(existing, submission)
                     if outcome is not None:
                         return outcome
+                if placement is None:
+                    placement = self._placement(submission.spec)
                 manifest = self.job_manifest(submission, placement)
                 try:
                     created = batch.create_namespaced_job(
@@ -551,15 +553,20 @@ class KubernetesBackend:
 
     def status(self, job_id: str) -> JobReport | None:
         with self._api(f"reading job {job_id}"):
-            job = self._read_job(job_name(job_id))
-            if job is None or (job.metadata.annotations or {}).get(JOB_ID_ANNOTATION) != job_id:
-                return None
-            return job_report(job, self._pods(job), self.backend_id)
+            job = self._our_job(job_id)
+            return None if job is None else job_report(job, self._pods(job), self.backend_id)
+
+    def _our_job(self, job_id: str) -> Any:
+        """The Job of ``job_id``, or None: none by that name, or one by that name that is not ours."""
+        job = self._read_job(job_name(job_id))
+        if job is None or (job.metadata.annotations or {}).get(JOB_ID_ANNOTATION) != job_id:
+            return None
+        return job
 
     def cancel(self, job_id: str) -> bool:
         with self._api(f"cancelling job {job_id}"):
-            job = self._read_job(job_name(job_id))
-            if job is None or (job.metadata.annotations or {}).get(JOB_ID_ANNOTATION) != job_id:
+            job = self._our_job(job_id)
+            if job is None:
                 return False
             if not _finished(job):  # a finished job keeps its Job: its status and logs stay readable
                 self._delete_job(job, "Foreground")
@@ -600,7 +607,7 @@ class KubernetesBackend:
         from kubernetes.client.exceptions import ApiException
 
         with self._api(f"reading the output of job {job_id}"):
-            job = self._read_job(job_name(job_id))
+            job = self._our_job(job_id)
             if job is None:
                 return LogChunk((), cursor)
             reader = _LogReader(cursor, max_lines, self.clock())

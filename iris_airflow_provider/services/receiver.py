@@ -18,7 +18,6 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.cluster.config import ClusterConfig
-from iris_airflow_provider.federation.availability import PeerBackend
 from iris_airflow_provider.federation.constraints import satisfies_all
 from iris_airflow_provider.federation.errors import SpecError
 from iris_airflow_provider.federation.model import JobSpec, parse_job
@@ -186,9 +185,8 @@ class Receiver:
     def _backend_for(self, spec: JobSpec, wanted: str) -> str:
         """The local backend the job runs on: the one placement chose, else the first that fits."""
         routing = spec.routing
-        described = [b.describe() for b in self.backends.values()]
-        matching = [b for b in described if satisfies_all(b.advertised, routing)]
-        if not matching:
+        backends = self.federation.local_backends()
+        if not any(satisfies_all(b.advertised, routing) for b in backends):
             raise PeerError(
                 PeerErrorCode.INVALID_ARGUMENT,
                 f"no backend of cluster {self.config.name} can host job {spec.job_id} "
@@ -196,7 +194,7 @@ class Receiver:
             )
         # Its shape matches but no backend is big enough, ever: not here, but maybe on another
         # peer, so the parent requeues it instead of leaving it in this cluster's queue forever.
-        fitting = [b.backend_id for b in matching if _could_ever_hold(b, spec.gate)]
+        fitting = [b.backend_id for b in backends if b.could_host(routing, spec.gate)]
         if not fitting:
             need = ", ".join(f"{amount} {token}" for token, amount in sorted(spec.gate.items()))
             raise PeerError(
@@ -241,7 +239,7 @@ class Receiver:
             # Already over: re-report it anyway, so a parent whose mirror is stuck converges.
             self.store.record_event(job_id, "rereported", self.clock())
         else:
-            self.store.request_cancel(job_id, self.clock())
+            self.federation.cancel(job_id)  # recorded, and the backend running it told now, not next tick
         return job_status(self.store.get_job(job_id) or job)
 
     def logs(self, caller: str, job_id: str, cursor: str, max_lines: int) -> LogsResponse:
@@ -251,9 +249,3 @@ class Receiver:
             return LogsResponse(lines=[], next_cursor=cursor)
         chunk = backend.logs(job_id, cursor, max(1, min(max_lines, 5000)))
         return LogsResponse(lines=list(chunk.lines), next_cursor=chunk.next_cursor, truncated=chunk.truncated)
-
-
-def _could_ever_hold(backend: PeerBackend, gate: Mapping[str, int]) -> bool:
-    """Whether the backend's totals cover the job's gate (a backend that reports no totals might)."""
-    totals = backend.availability.total_amounts if backend.availability is not None else {}
-    return not totals or all(totals.get(token, 0) >= amount for token, amount in gate.items())
