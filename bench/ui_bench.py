@@ -141,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     from airflow.utils.db import resetdb
     from fastapi.testclient import TestClient
 
-    from iris_airflow_provider.cluster.build import build_local_backends, build_peers
     from iris_airflow_provider.cluster.config import load_cluster_config
     from iris_airflow_provider.plugins import ui_api
     from iris_airflow_provider.services.federation import Federation
@@ -168,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(_HOME) / "cluster.yaml"
         path.write_text(CLUSTER.format(state_dir=Path(_HOME) / "iris", peers=peer_yaml))
         config = load_cluster_config(path)
-        federation = Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
+        federation = Federation.of(config, store)
         federation.peer_states(refresh_stale=True)
         started = time.perf_counter()
         seeded = fill(store, args.jobs, peers, args.seed)

@@ -88,7 +88,6 @@ def _federation(args: argparse.Namespace) -> Any:
     """The federation of the configured cluster, on the store named by --store-url or the Airflow connection."""
     import logging
 
-    from iris_airflow_provider.cluster.build import build_local_backends, build_peers
     from iris_airflow_provider.cluster.config import load_cluster_config
     from iris_airflow_provider.services.federation import Federation
 
@@ -110,7 +109,7 @@ def _federation(args: argparse.Namespace) -> Any:
         from iris_airflow_provider.runtime import default_conn_id
 
         store = FederationStoreHook(args.conn_id or default_conn_id()).get_store()
-    return Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
+    return Federation.of(config, store)
 
 
 def _now_ms() -> int:

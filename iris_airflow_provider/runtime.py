@@ -11,7 +11,6 @@ import threading
 
 from airflow.providers.common.compat.sdk import conf
 
-from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
@@ -45,7 +44,7 @@ def get_federation(conn_id: str | None = None) -> Federation:
         if federation is None:
             config = cluster_config()
             store = FederationStoreHook(conn_id).get_store()
-            federation = Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
+            federation = Federation.of(config, store)
             _federations[key] = federation
         return federation
 

@@ -22,9 +22,12 @@ from iris_airflow_provider.peers.wire import (
     API_PREFIX,
     BackendsResponse,
     ErrorBody,
+    HandoffRequest,
     HandoffResponse,
     LogsResponse,
+    SyncRequest,
     SyncResponse,
+    TerminateRequest,
 )
 
 CODE_OF_STATUS = {
@@ -80,24 +83,24 @@ class AirflowPeer:
         return [BackendSummary.model_validate(backend).to_core() for backend in body.backends]
 
     def deliver(self, handoff: Handoff) -> JobReport:
-        payload = {
-            "job_id": handoff.job_id,
-            "nonce": handoff.nonce,
-            "requester": handoff.requester,
-            "owner_principal": handoff.owner_principal,
-            "submitting_user": handoff.submitting_user,
-            "submitted_at_ms": handoff.submitted_at_ms,
-            "backend_id": handoff.backend_id,
+        request = HandoffRequest(
+            job_id=handoff.job_id,
+            nonce=handoff.nonce,
+            requester=handoff.requester,
+            owner_principal=handoff.owner_principal,
+            submitting_user=handoff.submitting_user,
+            submitted_at_ms=handoff.submitted_at_ms,
+            backend_id=handoff.backend_id,
             # The whole job travels inline (command, env, files): the peer cannot read our store.
-            "spec": handoff.spec.model_dump(mode="json"),
-        }
+            spec=handoff.spec.model_dump(mode="json"),
+        )
         body = HandoffResponse.model_validate(
-            self._call("POST", "/handoffs", json=payload, timeout=self.delivery_timeout)
+            self._call("POST", "/handoffs", json=request.model_dump(mode="json"), timeout=self.delivery_timeout)
         )
         return body.job.to_report()
 
     def sync(self, job_ids: list[str], cursor: str) -> SyncResult:
-        body = SyncResponse.model_validate(self._call("POST", "/sync", json={"cursor": cursor}))
+        body = SyncResponse.model_validate(self._call("POST", "/sync", json=SyncRequest(cursor=cursor).model_dump()))
         reports = {d.job_id: d.to_report() for d in body.deltas if not d.tombstone}
         gone = {d.job_id for d in body.deltas if d.tombstone}
         if body.cursor_stale:  # a full snapshot: whatever it leaves out, the peer no longer has
@@ -106,7 +109,7 @@ class AirflowPeer:
 
     def cancel(self, job_id: str, nonce: str = "") -> bool:
         try:
-            self._call("POST", "/terminate", json={"job_id": job_id, "nonce": nonce})
+            self._call("POST", "/terminate", json=TerminateRequest(job_id=job_id, nonce=nonce).model_dump())
         except PeerError as error:
             if error.code is PeerErrorCode.NOT_FOUND:
                 return False

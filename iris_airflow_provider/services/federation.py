@@ -24,6 +24,7 @@ from iris_airflow_provider.backends.base import (
     Submission,
     SubmissionRefusedError,
 )
+from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import ClusterConfig
 from iris_airflow_provider.federation.availability import LocalBackend, PeerState
 from iris_airflow_provider.federation.model import JobSpec
@@ -124,6 +125,11 @@ class Federation:
         self.jitter = jitter
         self.settings = config.placement
 
+    @classmethod
+    def of(cls, config: ClusterConfig, store: FederationStore) -> Federation:
+        """The federation of a cluster file: its local backends and its peers, built from it."""
+        return cls(config, store, backends=build_local_backends(config), peers=build_peers(config))
+
     @property
     def staleness_ms(self) -> int:
         return int(self.settings.heartbeat_staleness_seconds * 1000)
@@ -156,12 +162,7 @@ class Federation:
         stale = {}
         for peer_id, peer in self.peers.items():
             record = records.get(peer_id)
-            fresh = (
-                record is not None
-                and record.reachable
-                and record.last_contact_ms is not None
-                and now - record.last_contact_ms <= self.staleness_ms
-            )
+            fresh = record is not None and record.is_reachable(now, self.staleness_ms)
             asked_lately = (
                 record is not None
                 and record.last_attempt_ms is not None

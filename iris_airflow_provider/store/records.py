@@ -174,6 +174,10 @@ class PeerRecord:
     last_error: str
     backends: tuple[BackendRecord, ...]
 
+    def is_reachable(self, now_ms: int, staleness_ms: int) -> bool:
+        """As placement sees it (``PeerState.is_reachable``): answered, and recently enough."""
+        return self.reachable and self.last_contact_ms is not None and now_ms - self.last_contact_ms <= staleness_ms
+
 
 @dataclass(frozen=True, slots=True)
 class BackendRecord:

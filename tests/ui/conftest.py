@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import load_cluster_config
 from iris_airflow_provider.federation.model import parse_job
 from iris_airflow_provider.federation.states import Direction
@@ -76,7 +75,7 @@ def federation(tmp_path: Path) -> Iterator[Federation]:
     config = load_cluster_config(tmp_path / "cluster.yaml")
     store = FederationStore.from_url(f"sqlite:///{tmp_path / 'federation.db'}")
     store.migrate()
-    fed = Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
+    fed = Federation.of(config, store)
     fed.peer_states(refresh_stale=True)  # real heartbeats of both peers' process backends
     now = now_ms()
 
