@@ -92,6 +92,8 @@ class SharedJobPoller:
         self.watchers.setdefault(job_id, []).append(queue)
         if job_id in self.latest:
             queue.put_nowait(self.latest[job_id])
+            if job_id in self.log_positions:  # output already handed to another waiter is not sent again
+                queue.put_nowait(LogLines(job_id, (), self.log_positions[job_id]))
         else:
             self.unfetched.add(job_id)
             self.wakeup.set()  # a new waiter hears about its job at once, not one interval later

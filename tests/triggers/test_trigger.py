@@ -18,7 +18,7 @@ from iris_airflow_provider.federation import reasons
 from iris_airflow_provider.federation.states import HandoffState, JobState
 from iris_airflow_provider.store.async_store import AsyncFederationStore
 from iris_airflow_provider.triggers.federation import FederationJobTrigger
-from iris_airflow_provider.triggers.poller import SharedJobPoller
+from iris_airflow_provider.triggers.poller import LogLines, SharedJobPoller
 from iris_airflow_provider.triggers.wake import FederationWakeTrigger
 from tests.triggers.conftest import (
     INTERVAL,
@@ -397,3 +397,22 @@ async def test_the_jobs_output_is_relayed_into_the_task_log_new_lines_only_and_a
         f"[peer {PEER}] [replica 0] step 3",
         f"[peer {PEER}] [replica 0] done",
     ]
+
+
+async def test_a_second_waiter_on_a_job_is_told_which_output_was_handed_over_already(store, caplog):
+    job = queue_job(store, JOB)
+    first = wait_on()
+    promote(store, JOB)
+    hand_off(store, JOB)
+    report(store, JOB, JobState.RUNNING)
+    store.append_logs(JOB, job.nonce, ["[replica 0] step 1"], "c1", now_ms())
+    await until_logged(caplog, "step 1")
+    # Another wait on the same job (a sensor, say) shares the poller: without this it would think
+    # that output still to come and, once the job ends, sit out its grace period for nothing.
+    [poller] = SharedJobPoller._pollers.values()
+    queue = poller.subscribe(JOB)
+    snapshot, handed_over = queue.get_nowait(), queue.get_nowait()
+    assert handed_over == LogLines(JOB, (), snapshot.last_log_seq) and snapshot.last_log_seq > 0
+    await poller.unsubscribe(JOB, queue)
+    report(store, JOB, JobState.SUCCEEDED, exit_code=0)
+    assert (await first.event())["state"] == "succeeded"
