@@ -43,12 +43,12 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python bench/placement_bench.py``: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from iris_airflow_provider.federation.availability import Availability, PeerBackend, PeerState
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.constraints import Constraint, Op, normalize_advertised
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.placement import DEFAULT_MAX_HANDOFFS_PER_CYCLE, Candidate, plan
-from tests.federation.reference_placement import as_reference_shape, reference_plan
+from iris_airflow_provider.core.availability import Availability, PeerBackend, PeerState
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.constraints import Constraint, Op, normalize_advertised
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.placement import DEFAULT_MAX_HANDOFFS_PER_CYCLE, Candidate, plan
+from tests.core.reference_placement import as_reference_shape, reference_plan
 
 NOW_MS = 10_000_000_000
 STALENESS_MS = 120_000

@@ -61,9 +61,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.placement import Promotion
-from iris_airflow_provider.federation.states import Direction, JobState
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.store.async_store import AsyncFederationStore, JobSnapshot
 from iris_airflow_provider.store.store import FederationStore
 from iris_airflow_provider.triggers.federation import FederationJobTrigger, describe, reached

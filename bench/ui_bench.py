@@ -141,9 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     from airflow.utils.db import resetdb
     from fastapi.testclient import TestClient
 
+    from iris_airflow_provider.cluster.build import build_federation
     from iris_airflow_provider.cluster.config import load_cluster_config
     from iris_airflow_provider.plugins import ui_api
-    from iris_airflow_provider.services.federation import Federation
     from iris_airflow_provider.store.store import FederationStore
 
     resetdb()  # token checks read Airflow's revoked-token table
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(_HOME) / "cluster.yaml"
         path.write_text(CLUSTER.format(state_dir=Path(_HOME) / "iris", peers=peer_yaml))
         config = load_cluster_config(path)
-        federation = Federation.of(config, store)
+        federation = build_federation(config, store)
         federation.peer_states(refresh_stale=True)
         started = time.perf_counter()
         seeded = fill(store, args.jobs, peers, args.seed)

@@ -1,6 +1,6 @@
 """Apache Airflow provider that federates whole compute jobs across clusters.
 
-The scheduling rules live in :mod:`iris_airflow_provider.federation` (pure, no Airflow);
+The scheduling rules live in :mod:`iris_airflow_provider.core` (pure, no Airflow);
 the federation state lives in :mod:`iris_airflow_provider.store`; everything else is a thin
 Airflow surface over those two.
 """

@@ -32,7 +32,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["iris_airflow_provider.triggers.federation", "iris_airflow_provider.triggers.wake"],
             }
         ],
-        "extra-links": ["iris_airflow_provider.links.FederationJobLink"],
+        "extra-links": ["iris_airflow_provider.links.job_page.FederationJobLink"],
         "plugins": [
             {
                 "name": "iris_federation",

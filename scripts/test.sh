@@ -3,10 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+# PostgreSQL on 127.0.0.1:5432 (installed and started when missing); without it those tests skip (CI requires it).
+scripts/postgres.sh || echo "test: could not set up PostgreSQL; its tests will skip" >&2
 # The UI's browser test drives Debian's Chromium; without it that one test skips (CI requires it).
 scripts/install-browser.sh || echo "test: could not install chromium; the browser test will skip" >&2
 
 echo "== ruff check" && .venv/bin/ruff check .
 echo "== ruff format --check" && .venv/bin/ruff format --check .
 echo "== mypy" && .venv/bin/mypy
+echo "== lint-imports (the layers of CONTRIBUTING.md)" && .venv/bin/lint-imports --no-cache
 echo "== pytest" && .venv/bin/python -m pytest "$@"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from iris_airflow_provider.federation.availability import PeerBackend
-from iris_airflow_provider.federation.model import JobSpec
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core.availability import PeerBackend
+
+# The value backends report lives in the core; re-exported here for the backends that return it.
+from iris_airflow_provider.core.job_report import JobReport as JobReport
+from iris_airflow_provider.core.job_report import ReplicaReport as ReplicaReport
+from iris_airflow_provider.core.model import JobSpec
 
 
 class AlreadyExistsError(Exception):
@@ -29,26 +34,6 @@ class Submission:
     spec: JobSpec
     requester: str  # the cluster that asked ("" for this cluster's own jobs)
     submitted_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaReport:
-    index: int
-    state: JobState
-    exit_code: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class JobReport:
-    job_id: str
-    nonce: str
-    state: JobState
-    backend_id: str
-    error: str = ""
-    exit_code: int | None = None
-    started_at_ms: int | None = None
-    finished_at_ms: int | None = None
-    replicas: tuple[ReplicaReport, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +72,37 @@ class Backend(Protocol):
         ...
 
     def logs(self, job_id: str, cursor: str = "", max_lines: int = 1000) -> LogChunk: ...
+
+
+# Shared by the backends ---------------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    """The wall clock in milliseconds: a backend's default clock."""
+    return time.time_ns() // 1_000_000
+
+
+def advertised_attributes(
+    device_type: str, variants: Iterable[str], attributes: Mapping[str, Sequence[str]]
+) -> dict[str, list[str]]:
+    """What a backend advertises: its device type, its extra attributes, and its device variants (if any)."""
+    advertised = {"device-type": [device_type], **{key: list(values) for key, values in attributes.items()}}
+    variants = sorted(variants)
+    if variants:
+        advertised["device-variant"] = variants
+    return advertised
+
+
+def job_identity_env(job_id: str, nonce: str, replicas: int, backend_id: str) -> dict[str, str]:
+    """The ``IRIS_*`` variables that tell a replica which job, incarnation and backend it belongs to."""
+    return {
+        "IRIS_JOB_ID": job_id,
+        "IRIS_JOB_NONCE": nonce,
+        "IRIS_NUM_REPLICAS": str(replicas),
+        "IRIS_BACKEND_ID": backend_id,
+    }
+
+
+def replica_line(index: int, text: str) -> str:
+    """One line of a job's output, as ``logs`` returns it: prefixed with the replica it came from."""
+    return f"[replica {index}] {text}"

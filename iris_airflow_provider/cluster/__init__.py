@@ -1,1 +1,3 @@
-"""This cluster: its configuration file and the objects built from it."""
+"""Composition: the cluster file (this cluster's name, settings, local backends and peers) and the
+one place the objects it describes are built.
+"""

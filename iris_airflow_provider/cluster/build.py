@@ -1,27 +1,29 @@
-"""Backends and peers built from the cluster configuration."""
+"""The one place objects are built: a cluster file's backends, peers and federation."""
 
 from __future__ import annotations
 
 from iris_airflow_provider.backends.base import Backend
-from iris_airflow_provider.backends.process import ProcessBackend
+from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.cluster.config import (
     AirflowPeerConfig,
     BackendConfig,
     ClusterConfig,
     KubernetesBackendConfig,
 )
-from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Peer
 from iris_airflow_provider.peers.identity import TokenMinter, read_pem
+from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.store.store import FederationStore
 
 
 def build_backend(config: ClusterConfig, owner: str, backend: BackendConfig) -> Backend:
     """``owner`` scopes the state: this cluster's name for local backends, the peer id for a peer's."""
     if isinstance(backend, KubernetesBackendConfig):
         # Imported here: the Kubernetes client is only loaded by clusters that use it.
-        from iris_airflow_provider.backends.kubernetes import KubernetesBackend
+        from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
 
         return KubernetesBackend.from_config(backend)
     return ProcessBackend(
@@ -69,3 +71,8 @@ def token_minter(config: ClusterConfig, peer_id: str) -> TokenMinter:
         return TokenMinter(config.name, read_pem(config.federation.private_key))
     except (OSError, ValueError) as error:
         raise SpecError.single("federation.private_key", f"cannot be used: {error}") from None
+
+
+def build_federation(config: ClusterConfig, store: FederationStore) -> Federation:
+    """The federation of a cluster file: its local backends and its peers, built from it."""
+    return Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))

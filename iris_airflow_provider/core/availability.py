@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.constraints import Advertised, Constraint, satisfies_all
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.constraints import Advertised, Constraint, satisfies_all
 
 # v1: free amounts only. v2: free counts only what admitted work holds, plus ``held_by_band``.
 AVAILABILITY_METRIC_VERSION = 2

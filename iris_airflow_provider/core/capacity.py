@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from iris_airflow_provider.federation.availability import Availability
+from iris_airflow_provider.core.availability import Availability
 
 # Rank used to replay ledger reservations, which do not record the band that made them: it
 # outranks every band, so a replay may reclaim from any of them (the reference's ANY_BAND).

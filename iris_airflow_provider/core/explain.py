@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from iris_airflow_provider.federation.availability import PeerState
-from iris_airflow_provider.federation.constraints import satisfies
-from iris_airflow_provider.federation.placement import Candidate, PlacementResult
+from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.constraints import satisfies
+from iris_airflow_provider.core.placement import Candidate, PlacementResult
 
 
 def explain(

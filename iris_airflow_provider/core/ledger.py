@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from iris_airflow_provider.federation.availability import PeerState
+from iris_airflow_provider.core.availability import PeerState
 
 BackendKey = tuple[str, str]
 
@@ -67,19 +67,40 @@ def applicable(entries: Iterable[LedgerEntry], peers: Iterable[PeerState]) -> di
     return {key: LedgerEntry(key[0], key[1], epoch, amounts) for key, (epoch, amounts) in merged.items()}
 
 
+def _charged(
+    held: tuple[int, dict[str, int]] | None, observation_epoch_ms: int, reserved: Mapping[str, int]
+) -> tuple[int, dict[str, int]]:
+    """The charge rule on ``(observation, amounts)``; ``held``'s amounts are updated in place."""
+    if held is None or held[0] < observation_epoch_ms:
+        # Reserved against an older observation: spent, as the newer one reflects its jobs.
+        return observation_epoch_ms, dict(reserved)
+    epoch, amounts = held  # the same observation, or a newer one (the peer's clock went backwards)
+    _add(amounts, reserved)
+    return epoch, amounts
+
+
+def charged(
+    held: LedgerEntry | None, key: BackendKey, observation_epoch_ms: int, reserved: Mapping[str, int]
+) -> LedgerEntry:
+    """One backend's reservations ``held`` (None: none) after charging ``reserved`` against
+    ``observation_epoch_ms``: an entry from a strictly older observation is spent and the charge
+    replaces it; otherwise the charge adds to it, and it keeps the newer observation."""
+    current = (held.observation_epoch_ms, dict(held.reserved)) if held is not None else None
+    epoch, amounts = _charged(current, observation_epoch_ms, reserved)
+    return LedgerEntry(key[0], key[1], epoch, amounts)
+
+
 def charge(
     rows: Mapping[BackendKey, LedgerEntry], reservations: Iterable[tuple[BackendKey, int, Mapping[str, int]]]
 ) -> tuple[LedgerEntry, ...]:
-    """Rows plus new ``(backend, observation, reserved)`` charges; sorted, without zero amounts."""
+    """Rows plus new ``(backend, observation, reserved)`` charges (see :func:`charged`); sorted,
+    without zero amounts."""
     merged: dict[BackendKey, tuple[int, dict[str, int]]] = {
         key: (row.observation_epoch_ms, dict(row.reserved)) for key, row in rows.items()
     }
     for key, observation, reserved in reservations:
-        if not reserved:
-            continue
-        epoch, amounts = merged.get(key, (observation, {}))
-        _add(amounts, reserved)
-        merged[key] = (max(epoch, observation), amounts)
+        if reserved:
+            merged[key] = _charged(merged.get(key), observation, reserved)
     out = []
     for key in sorted(merged):
         epoch, amounts = merged[key]

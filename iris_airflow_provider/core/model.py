@@ -28,8 +28,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from iris_airflow_provider.federation.bands import DEFAULT_BAND, Band, UnknownBandError, parse_band
-from iris_airflow_provider.federation.constraints import (
+from iris_airflow_provider.core.bands import DEFAULT_BAND, Band, UnknownBandError, parse_band
+from iris_airflow_provider.core.constraints import (
     ANY_REGION,
     BACKEND_KEY,
     CLUSTER_KEY,
@@ -47,7 +47,7 @@ from iris_airflow_provider.federation.constraints import (
     normalize_value,
     routing_constraints,
 )
-from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.core.errors import SpecError
 
 _SEGMENT = r"[^/\s]+"
 BASE64_PREFIX = "base64:"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.core.model import JobSpec
 
 OBJECT_STORE_KEY = "object-store"
 

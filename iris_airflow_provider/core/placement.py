@@ -44,14 +44,15 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
 
-from iris_airflow_provider.federation import ledger as ledger_math
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.availability import PeerState
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.capacity import WorkingCapacity
-from iris_airflow_provider.federation.constraints import Constraint, satisfies_all
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.core import ledger as ledger_math
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.capacity import WorkingCapacity
+from iris_airflow_provider.core.constraints import Constraint, satisfies_all
+from iris_airflow_provider.core.expiry import past_deadline
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.model import JobSpec
 
 DEFAULT_MAX_HANDOFFS_PER_CYCLE = 8
 DEFAULT_HEARTBEAT_STALENESS_MS = 120_000
@@ -89,7 +90,7 @@ class Candidate:
         return (self.band.rank, self.submitted_at_ms, self.job_id)
 
     def expired(self, now_ms: int) -> bool:
-        return self.deadline_ms is not None and self.deadline_ms < now_ms
+        return past_deadline(self.deadline_ms, now_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from iris_airflow_provider.federation.availability import LocalBackend, PeerState
-from iris_airflow_provider.federation.constraints import Advertised, Constraint, satisfies, satisfies_all
-from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.core.availability import LocalBackend, PeerState
+from iris_airflow_provider.core.constraints import Advertised, Constraint, satisfies, satisfies_all
+from iris_airflow_provider.core.model import JobSpec
 
 
 class Disposition(StrEnum):

@@ -8,29 +8,28 @@ explanation), the expired jobs and the ledger after the tick. Pure: no clock, no
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_core import PydanticCustomError
 
-from iris_airflow_provider.federation.availability import (
+from iris_airflow_provider.core.availability import (
     LocalBackend,
     PeerState,
 )
-from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.errors import SpecError
-from iris_airflow_provider.federation.explain import explain
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.model import JobSpec, StrictModel
-from iris_airflow_provider.federation.placement import (
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.explain import explain
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.model import JobSpec, StrictModel
+from iris_airflow_provider.core.names import unique_by
+from iris_airflow_provider.core.placement import (
     DEFAULT_HEARTBEAT_STALENESS_MS,
     DEFAULT_MAX_HANDOFFS_PER_CYCLE,
     Candidate,
     plan,
 )
-from iris_airflow_provider.federation.router import Disposition, classify
-from iris_airflow_provider.federation.wire import Amounts, AttributeValues, BackendSummary, amounts_validator
+from iris_airflow_provider.core.router import Disposition, classify
+from iris_airflow_provider.core.wire import Amounts, AttributeValues, BackendSummary, amounts_validator
 
 
 class PeerIn(StrictModel):
@@ -39,11 +38,7 @@ class PeerIn(StrictModel):
     last_contact_ms: int = Field(ge=0)
     backends: list[BackendSummary] = Field(default_factory=list)
 
-    @field_validator("backends")
-    @classmethod
-    def _unique_backends(cls, value: list[BackendSummary]) -> list[BackendSummary]:
-        _no_duplicates("backend_id", [b.backend_id for b in value])
-        return value
+    _unique_backends = field_validator("backends")(unique_by("backend_id"))
 
     def to_core(self) -> PeerState:
         return PeerState(self.peer_id, self.reachable, self.last_contact_ms, tuple(b.to_core() for b in self.backends))
@@ -82,33 +77,11 @@ class SimulateInput(StrictModel):
     jobs: list[SimulatedJob] = Field(default_factory=list)
     ledger: list[LedgerRowIn] = Field(default_factory=list)
 
-    @field_validator("local_backends")
-    @classmethod
-    def _unique_local(cls, value: list[LocalBackendIn]) -> list[LocalBackendIn]:
-        _no_duplicates("backend_id", [b.backend_id for b in value])
-        return value
+    _unique_local = field_validator("local_backends")(unique_by("backend_id"))
 
-    @field_validator("peers")
-    @classmethod
-    def _unique_peers(cls, value: list[PeerIn]) -> list[PeerIn]:
-        _no_duplicates("peer_id", [p.peer_id for p in value])
-        return value
+    _unique_peers = field_validator("peers")(unique_by("peer_id"))
 
-    @field_validator("jobs")
-    @classmethod
-    def _unique_jobs(cls, value: list[SimulatedJob]) -> list[SimulatedJob]:
-        _no_duplicates("job_id", [j.job_id for j in value])
-        return value
-
-
-def _no_duplicates(field: str, values: list[str]) -> None:
-    repeated = sorted(v for v, n in Counter(values).items() if n > 1)
-    if repeated:
-        raise PydanticCustomError(
-            "duplicate",
-            "{field} must be unique; repeated: {repeated}",
-            {"field": field, "repeated": ", ".join(repeated)},
-        )
+    _unique_jobs = field_validator("jobs")(unique_by("job_id"))
 
 
 def parse_input(document: Any) -> SimulateInput:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from iris_airflow_provider.federation import reasons
+from iris_airflow_provider.core import reasons
 
 
 class Direction(StrEnum):

@@ -15,10 +15,10 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from iris_airflow_provider.federation.availability import AVAILABILITY_METRIC_VERSION, Availability, PeerBackend
-from iris_airflow_provider.federation.bands import Band, UnknownBandError, parse_band
-from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.model import StrictModel
+from iris_airflow_provider.core.availability import AVAILABILITY_METRIC_VERSION, Availability, PeerBackend
+from iris_airflow_provider.core.bands import Band, UnknownBandError, parse_band
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.model import StrictModel
 
 Amounts = dict[str, Annotated[int, Field(ge=0, strict=False)]]
 AttributeValues = list[str | int | float | bool]

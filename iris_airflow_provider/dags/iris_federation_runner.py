@@ -12,7 +12,7 @@ from datetime import timedelta
 from airflow.sdk import DAG
 
 from iris_airflow_provider.operators.received import IrisReceivedJobOperator
-from iris_airflow_provider.runner import RUNNER_DAG_ID
+from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 
 with DAG(
     dag_id=RUNNER_DAG_ID,

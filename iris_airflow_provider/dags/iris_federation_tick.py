@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, task
 
-from iris_airflow_provider.runtime import cluster_config, default_conn_id
+from iris_airflow_provider.hooks.runtime import cluster_config, default_conn_id
 from iris_airflow_provider.triggers.wake import FederationWakeTrigger
 
 DAG_ID = "iris_federation_tick"
@@ -52,7 +52,7 @@ with DAG(
     def tick() -> dict[str, object]:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-        from iris_airflow_provider.runtime import get_federation
+        from iris_airflow_provider.hooks.runtime import get_federation
 
         def task_states(dag_id: str, run_ids: list[str], task_ids: list[str]) -> dict[str, dict[str, object]]:
             return RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids)

@@ -11,6 +11,7 @@ import threading
 
 from airflow.providers.common.compat.sdk import conf
 
+from iris_airflow_provider.cluster.build import build_federation
 from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
@@ -44,7 +45,7 @@ def get_federation(conn_id: str | None = None) -> Federation:
         if federation is None:
             config = cluster_config()
             store = FederationStoreHook(conn_id).get_store()
-            federation = Federation.of(config, store)
+            federation = build_federation(config, store)
             _federations[key] = federation
         return federation
 
@@ -73,7 +74,7 @@ def get_verifier() -> TokenVerifier:
 
 def get_receiver(conn_id: str | None = None) -> Receiver:
     """The peer side, for the peer API in the api-server: handoffs become runs of the runner DAG."""
-    from iris_airflow_provider.runner import start_runner_run
+    from iris_airflow_provider.operators.runner_runs import start_runner_run
 
     federation = get_federation(conn_id)
     key = (cluster_config_path(), conn_id or default_conn_id())

@@ -1,1 +1,3 @@
-"""Populated by the Airflow surface (operator, sensor, trigger, placement DAG)."""
+"""Operators: `IrisFederatedOperator` submits a whole root job and waits for it;
+`IrisReceivedJobOperator` watches a job another cluster handed to this one.
+"""

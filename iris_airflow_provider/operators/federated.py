@@ -23,20 +23,22 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
-from iris_airflow_provider.federation.errors import SpecError
-from iris_airflow_provider.federation.model import JobSpec, parse_job
-from iris_airflow_provider.federation.router import Disposition
-from iris_airflow_provider.federation.states import JobState
-from iris_airflow_provider.links import JOB_ID_XCOM_KEY, FederationJobLink, job_url
-from iris_airflow_provider.runtime import SECTION, default_conn_id, get_federation
+from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.job_report import projected
+from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.router import Disposition
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.hooks.runtime import SECTION, default_conn_id, get_federation
+from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
+from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
 from iris_airflow_provider.services.federation import IdentityError
+from iris_airflow_provider.store.async_store import JobSnapshot
 from iris_airflow_provider.store.records import JobRecord, Origin, pending_reason_history
 from iris_airflow_provider.triggers.federation import (
     DEFAULT_POLL_INTERVAL,
     FederationJobTrigger,
     describe,
 )
-from iris_airflow_provider.workdir import WorkdirError, pack_workdir
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -287,23 +289,8 @@ def describe_record(job: JobRecord) -> str:
     return describe(snapshot_of(job))
 
 
-def snapshot_of(job: JobRecord) -> Any:
-    from iris_airflow_provider.store.async_store import JobSnapshot
-
-    return JobSnapshot(
-        job_id=job.job_id,
-        direction=job.direction,
-        state=job.state,
-        handoff_state=job.handoff_state,
-        peer_id=job.peer_id,
-        backend_id=job.backend_id,
-        error=job.error,
-        exit_code=job.exit_code,
-        reported=job.reported_at_ms is not None,
-        row_version=job.row_version,
-        cancel_intent_version=job.cancel_intent_version,
-        updated_at_ms=job.updated_at_ms,
-    )
+def snapshot_of(job: JobRecord) -> JobSnapshot:
+    return projected(job, JobSnapshot)
 
 
 def _as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:

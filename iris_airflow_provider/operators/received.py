@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.operators.federated import describe_record
-from iris_airflow_provider.runtime import default_conn_id, get_federation
 from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, FederationJobTrigger
 
 if TYPE_CHECKING:

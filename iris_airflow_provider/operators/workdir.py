@@ -12,7 +12,7 @@ import base64
 import os
 from pathlib import Path
 
-from iris_airflow_provider.federation.model import BASE64_PREFIX, MAX_FILES, MAX_FILES_BYTES
+from iris_airflow_provider.core.model import BASE64_PREFIX, MAX_FILES, MAX_FILES_BYTES
 
 SKIPPED_DIRECTORIES = frozenset(
     {

@@ -1,1 +1,1 @@
-"""Peers: remote clusters this one hands whole jobs to. One protocol, several transports."""
+"""Peers: remote clusters this one hands whole jobs to. One protocol, one transport per module."""

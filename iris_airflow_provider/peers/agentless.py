@@ -14,12 +14,16 @@ from iris_airflow_provider.backends.base import (
     Submission,
     SubmissionRefusedError,
 )
-from iris_airflow_provider.federation.availability import PeerBackend
-from iris_airflow_provider.federation.constraints import satisfies_all
+from iris_airflow_provider.core.availability import PeerBackend
+from iris_airflow_provider.core.constraints import satisfies_all
+from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult
 
 
 class AgentlessPeer:
+    kind = "agentless"
+    address = ""
+
     def __init__(self, peer_id: str, backends: Sequence[Backend]) -> None:
         if not backends:
             raise ValueError(f"peer {peer_id} needs at least one backend")
@@ -45,13 +49,7 @@ class AgentlessPeer:
 
     def deliver(self, handoff: Handoff) -> JobReport:
         backend = self._backend_for(handoff)
-        submission = Submission(
-            job_id=handoff.job_id,
-            nonce=handoff.nonce,
-            spec=handoff.spec,
-            requester=handoff.requester,
-            submitted_at_ms=handoff.submitted_at_ms,
-        )
+        submission = projected(handoff, Submission)
         try:
             return backend.submit(submission).report
         except AlreadyExistsError as error:

@@ -14,8 +14,8 @@ import httpx
 from pydantic import ValidationError
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
-from iris_airflow_provider.federation.availability import PeerBackend
-from iris_airflow_provider.federation.wire import BackendSummary
+from iris_airflow_provider.core.availability import PeerBackend
+from iris_airflow_provider.core.wire import BackendSummary
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult
 from iris_airflow_provider.peers.identity import TokenMinter
 from iris_airflow_provider.peers.wire import (
@@ -40,6 +40,8 @@ CODE_OF_STATUS = {
 
 
 class AirflowPeer:
+    kind = "airflow"
+
     def __init__(
         self,
         peer_id: str,
@@ -51,7 +53,8 @@ class AirflowPeer:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.peer_id = peer_id
-        self.url = url.rstrip("/") + API_PREFIX
+        self.address = url.rstrip("/")
+        self.url = self.address + API_PREFIX
         self.minter = minter
         self.timeout = timeout_seconds
         self.delivery_timeout = delivery_timeout_seconds
@@ -83,17 +86,7 @@ class AirflowPeer:
         return [BackendSummary.model_validate(backend).to_core() for backend in body.backends]
 
     def deliver(self, handoff: Handoff) -> JobReport:
-        request = HandoffRequest(
-            job_id=handoff.job_id,
-            nonce=handoff.nonce,
-            requester=handoff.requester,
-            owner_principal=handoff.owner_principal,
-            submitting_user=handoff.submitting_user,
-            submitted_at_ms=handoff.submitted_at_ms,
-            backend_id=handoff.backend_id,
-            # The whole job travels inline (command, env, files): the peer cannot read our store.
-            spec=handoff.spec.model_dump(mode="json"),
-        )
+        request = HandoffRequest.of(handoff)
         body = HandoffResponse.model_validate(
             self._call("POST", "/handoffs", json=request.model_dump(mode="json"), timeout=self.delivery_timeout)
         )

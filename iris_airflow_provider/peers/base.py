@@ -7,8 +7,8 @@ from enum import StrEnum
 from typing import Protocol
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
-from iris_airflow_provider.federation.availability import PeerBackend
-from iris_airflow_provider.federation.model import JobSpec
+from iris_airflow_provider.core.availability import PeerBackend
+from iris_airflow_provider.core.model import JobSpec
 
 
 class PeerErrorCode(StrEnum):
@@ -74,6 +74,8 @@ class SyncResult:
 
 class Peer(Protocol):
     peer_id: str
+    kind: str  # the cluster file's peer kind: "airflow" or "agentless"
+    address: str  # where the peer is reached ("" for an agentless peer driven from here)
 
     def heartbeat(self) -> list[PeerBackend]:
         """The peer's backends with their availability. Raises PeerError when it cannot be reached."""

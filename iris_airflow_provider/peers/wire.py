@@ -7,8 +7,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
-from iris_airflow_provider.federation.states import JobState
-from iris_airflow_provider.peers.base import PeerErrorCode
+from iris_airflow_provider.core.job_report import projected
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.peers.base import Handoff, PeerErrorCode
 
 API_PREFIX = "/iris/federation/v1"
 
@@ -49,6 +50,12 @@ class HandoffRequest(Body):
     backend_id: str = ""
     spec: dict[str, Any]
 
+    @classmethod
+    def of(cls, handoff: Handoff) -> HandoffRequest:
+        # The whole job travels inline (command, env, files): the peer cannot read our store.
+        fields = {name: getattr(handoff, name) for name in cls.model_fields if name != "spec"}
+        return cls(**fields, spec=handoff.spec.model_dump(mode="json"))
+
 
 class ReplicaStatus(Body):
     index: int
@@ -68,18 +75,12 @@ class JobStatus(Body):
     replicas: list[ReplicaStatus] = Field(default_factory=list)
     tombstone: bool = False
 
+    @classmethod
+    def of(cls, report: JobReport) -> JobStatus:
+        return cls.model_validate(report, from_attributes=True)
+
     def to_report(self) -> JobReport:
-        return JobReport(
-            job_id=self.job_id,
-            nonce=self.nonce,
-            state=self.state,
-            backend_id=self.backend_id,
-            error=self.error,
-            exit_code=self.exit_code,
-            started_at_ms=self.started_at_ms,
-            finished_at_ms=self.finished_at_ms,
-            replicas=tuple(ReplicaReport(r.index, r.state, r.exit_code) for r in self.replicas),
-        )
+        return projected(self, JobReport, replicas=tuple(projected(r, ReplicaReport) for r in self.replicas))
 
 
 class HandoffResponse(Body):

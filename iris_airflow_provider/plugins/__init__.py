@@ -1,1 +1,3 @@
-"""The provider's Airflow plugin: HTTP apps served by the api-server (peer API, later the UI)."""
+"""The provider's Airflow plugin: the peer API other clusters call, the Federation page and its
+JSON API, served by the api-server.
+"""

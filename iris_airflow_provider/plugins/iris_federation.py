@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from iris_airflow_provider.links import PAGE_ROUTE
+from iris_airflow_provider.links.job_page import PAGE_ROUTE
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.plugins.peer_api import app as peer_api
 from iris_airflow_provider.plugins.ui_api import UI_PREFIX, bundle_url

@@ -37,13 +37,13 @@ app = FastAPI(
 
 
 def receiver() -> Receiver:
-    from iris_airflow_provider.runtime import get_receiver
+    from iris_airflow_provider.hooks.runtime import get_receiver
 
     return get_receiver()
 
 
 def caller(authorization: Annotated[str | None, Header()] = None) -> str:
-    from iris_airflow_provider.runtime import get_verifier
+    from iris_airflow_provider.hooks.runtime import get_verifier
 
     try:
         return get_verifier().verify(authorization)

@@ -12,7 +12,7 @@ Airflow does not protect plugin endpoints, so every API call authenticates itsel
 token: the ``Authorization: Bearer`` header (scripts), else the ``_token`` cookie the Airflow UI
 signs in with (the page; it is HttpOnly, so the page cannot read it and the browser sends it).
 Authorization is Airflow's auth manager's, per job, on the DAG it belongs to
-(:func:`~iris_airflow_provider.store.queries.job_dag_id`): reading needs ``GET`` on the DAG's task
+(:func:`~iris_airflow_provider.plugins.job_documents.job_dag`): reading needs ``GET`` on the DAG's task
 instances, cancelling ``PUT`` (what marking its task failed needs). A job with no DAG needs the
 same on all DAGs. A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
 which a cross-site form cannot send (CSRF). Errors are ``{"detail": "<message>"}``; a bad
@@ -32,10 +32,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from iris_airflow_provider.federation.states import Direction, JobState
-from iris_airflow_provider.runner import RUNNER_DAG_ID
+from iris_airflow_provider.core.states import Direction, JobState
+from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
+from iris_airflow_provider.plugins.job_documents import job_dag
 from iris_airflow_provider.services.federation import Federation, now_ms
-from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries, job_dag_id
+from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries
 from iris_airflow_provider.store.records import JobRecord
 
 log = logging.getLogger(__name__)
@@ -105,13 +106,15 @@ class Caller:
         return self._decisions[key]
 
     def may_job(self, method: Method, job: JobRecord) -> bool:
-        return self.may(method, job_dag_id(job))
+        return self.may(method, job_dag(job))
 
     def scope(self, method: Method, queries: MonitoringQueries) -> JobScope:
         if self.may(method, None):
             return JobScope.everything()
         dag_ids = [*queries.origin_dag_ids(), RUNNER_DAG_ID]
-        return JobScope(frozenset(d for d in dag_ids if self.may(method, d)), dagless=False)
+        return JobScope(
+            frozenset(d for d in dag_ids if self.may(method, d)), dagless=False, received_dag_id=RUNNER_DAG_ID
+        )
 
     def may_view_capacity(self) -> bool:
         from airflow.api_fastapi.app import get_auth_manager
@@ -161,7 +164,7 @@ CallerDep = Annotated[Caller, Depends(caller)]
 
 
 def federation() -> Federation:
-    from iris_airflow_provider.runtime import get_federation
+    from iris_airflow_provider.hooks.runtime import get_federation
 
     return get_federation()
 
@@ -179,7 +182,7 @@ def _job(fed: Federation, job_id: str, who: Caller, method: Method) -> JobRecord
     if not who.may_job("GET", job):
         raise HTTPException(403, f"{who.name} may not read job {job_id}")
     if method != "GET" and not who.may_job(method, job):
-        dag = job_dag_id(job)
+        dag = job_dag(job)
         where = f"DAG {dag}" if dag else "every DAG (the job has none)"
         raise HTTPException(403, f"{who.name} may not cancel job {job_id}: that needs edit access to {where}")
     return job
@@ -201,11 +204,11 @@ def _enum_list(name: str, raw: list[str] | None, enum: type[JobState] | type[Dir
 @app.get("/api/peers")
 def peers(who: CallerDep, fed: FederationDep) -> dict[str, Any]:
     """Reachability, heartbeat age, advertised attributes and capacity of every peer and local backend."""
-    from iris_airflow_provider.monitoring import list_peers
+    from iris_airflow_provider.services.peer_views import peers_overview
 
     if not who.may_view_capacity():
         raise HTTPException(403, f"{who.name} may not view cluster capacity")
-    return list_peers(fed, now_ms())
+    return peers_overview(fed, now_ms())
 
 
 @app.get("/api/jobs")
@@ -223,7 +226,7 @@ def jobs(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """The jobs the caller may read, newest first, one page at a time."""
-    from iris_airflow_provider.monitoring import job_view
+    from iris_airflow_provider.plugins.job_documents import job_row_document
 
     job_filter = JobFilter(
         states=_enum_list("state", state, JobState),
@@ -241,7 +244,7 @@ def jobs(
     now = now_ms()
     rows = []
     for job in page.jobs:
-        row = job_view(job, now)
+        row = job_row_document(job, now)
         row["can_cancel"] = not job.terminal and who.may_job("PUT", job)
         rows.append(row)
     return {
@@ -257,20 +260,20 @@ def jobs(
 @app.get("/api/jobs/describe")
 def describe(who: CallerDep, fed: FederationDep, job_id: JobId) -> dict[str, Any]:
     """One job: where it is, its history of transitions and pending reasons, its latest output."""
-    from iris_airflow_provider.monitoring import describe_job
+    from iris_airflow_provider.plugins.job_documents import job_details_document
 
     job = _job(fed, job_id, who, "GET")
-    described = describe_job(fed, job, now_ms())
-    described["can_cancel"] = not job.terminal and who.may_job("PUT", job)
-    return described
+    details = job_details_document(fed, job, now_ms())
+    details["can_cancel"] = not job.terminal and who.may_job("PUT", job)
+    return details
 
 
 @app.get("/api/jobs/explain")
 def explain(who: CallerDep, fed: FederationDep, job_id: JobId) -> dict[str, Any]:
     """Why the job waits: each peer and backend, shape match, free and reclaimable capacity, what must change."""
-    from iris_airflow_provider.monitoring import explain_job
+    from iris_airflow_provider.services.job_views import job_explanation
 
-    return explain_job(fed, _job(fed, job_id, who, "GET"), now_ms())
+    return job_explanation(fed, _job(fed, job_id, who, "GET"), now_ms())
 
 
 @app.post("/api/jobs/cancel")
@@ -281,12 +284,12 @@ def cancel(
     csrf: Annotated[str | None, Header(alias=CSRF_HEADER)] = None,
 ) -> dict[str, Any]:
     """Cancel a job: before handoff it never reaches a peer; after, the peer is told until it confirms."""
-    from iris_airflow_provider.monitoring import cancel_job
+    from iris_airflow_provider.plugins.job_documents import cancel_document
 
     if who.via_cookie and not csrf:
         raise HTTPException(403, f"{CSRF_HEADER}: this header is required when signing in with the UI's cookie")
     _job(fed, job_id, who, "PUT")
-    answer = cancel_job(fed, job_id, now_ms())
+    answer = cancel_document(fed.cancels.cancel_with_answer(job_id), now_ms())
     if answer["result"] == "not_found":
         raise HTTPException(404, answer["message"])
     if answer["result"] == "already_finished":

@@ -1,1 +1,3 @@
-"""Populated by the Airflow surface (operator, sensor, trigger, placement DAG)."""
+"""Sensors: `IrisFederatedJobSensor` waits on a job another task submitted (accepted, running or
+complete), in the triggerer.
+"""

@@ -1,1 +1,4 @@
-"""Services: the federation operations (submit, cancel, tick) over the store, backends and peers."""
+"""Services: the federation's operations (submit, cancel, the placement tick, delivery, mirroring,
+the receiver, read models), orchestrating the store, peers and backends by calling downward
+only.
+"""

@@ -16,13 +16,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.backends.base import Backend
-from iris_airflow_provider.cluster.config import ClusterConfig
-from iris_airflow_provider.federation.constraints import satisfies_all
-from iris_airflow_provider.federation.errors import SpecError
-from iris_airflow_provider.federation.model import JobSpec, parse_job
-from iris_airflow_provider.federation.states import Direction
-from iris_airflow_provider.federation.wire import BackendSummary
+from iris_airflow_provider.backends.base import Backend, ReplicaReport
+from iris_airflow_provider.core.constraints import satisfies_all
+from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.states import Direction
+from iris_airflow_provider.core.wire import BackendSummary
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.peers.identity import submitter_admitted
 from iris_airflow_provider.peers.wire import (
@@ -31,10 +30,10 @@ from iris_airflow_provider.peers.wire import (
     HandoffResponse,
     JobStatus,
     LogsResponse,
-    ReplicaStatus,
     SyncResponse,
 )
 from iris_airflow_provider.services.federation import LOCAL_ADMIN, Federation, now_ms
+from iris_airflow_provider.services.settings import ClusterSettings
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.store import FederationStore
 
@@ -51,7 +50,7 @@ SYNC_LIMIT = 10_000
 
 def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
     """A job as the peer API reports it; with ``backends``, its replicas as the backend running it sees them."""
-    replicas: list[ReplicaStatus] = []
+    replicas: tuple[ReplicaReport, ...] = ()
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
         try:
@@ -60,18 +59,8 @@ def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) ->
             log.info("Could not read the replicas of %s: %s", job.job_id, error)
             report = None
         if report is not None and report.nonce == job.nonce:
-            replicas = [ReplicaStatus(index=r.index, state=r.state, exit_code=r.exit_code) for r in report.replicas]
-    return JobStatus(
-        job_id=job.job_id,
-        nonce=job.nonce,
-        state=job.state,
-        backend_id=job.backend_id,
-        error=job.error,
-        exit_code=job.exit_code,
-        started_at_ms=job.started_at_ms,
-        finished_at_ms=job.finished_at_ms,
-        replicas=replicas,
-    )
+            replicas = report.replicas
+    return JobStatus.of(job.report(replicas))
 
 
 class Receiver:
@@ -83,7 +72,7 @@ class Receiver:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.federation = federation
-        self.config: ClusterConfig = federation.config
+        self.config: ClusterSettings = federation.config
         self.store: FederationStore = federation.store
         self.backends: Mapping[str, Backend] = federation.backends
         self.start_run = start_run

@@ -13,12 +13,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState, pending_reason
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.store.common import not_terminal, reported_by_runner
 from iris_airflow_provider.store.engine import WRITE, create_async_store_engine
-from iris_airflow_provider.store.records import CancelOutcome
-from iris_airflow_provider.store.schema import TERMINAL_STATES as TERMINAL_VALUES
+from iris_airflow_provider.store.jobs import request_cancel
+from iris_airflow_provider.store.records import CancelOutcome, job_values, pending_reason_of
 from iris_airflow_provider.store.schema import job_events, job_logs, jobs
-from iris_airflow_provider.store.store import request_cancel
 
 # Job ids per query: asyncpg refuses more than 32,767 parameters per statement, SQLite (3.32+) 32,766.
 MAX_IDS_PER_QUERY = 10_000
@@ -61,23 +61,10 @@ class JobSnapshot:
 
     @classmethod
     def from_row(cls, row: Any) -> JobSnapshot:
-        m = row._mapping
-        return cls(
-            job_id=m["job_id"],
-            direction=Direction(m["direction"]),
-            state=JobState(m["state"]),
-            handoff_state=HandoffState(m["handoff_state"]) if m["handoff_state"] else None,
-            peer_id=m["peer_id"],
-            backend_id=m["backend_id"],
-            error=m["error"],
-            exit_code=m["exit_code"],
-            reported=m["reported_at_ms"] is not None,
-            row_version=m["row_version"],
-            cancel_intent_version=m["cancel_intent_version"],
-            updated_at_ms=m["updated_at_ms"],
-            nonce=m["nonce"],
-            last_log_seq=m["last_log_seq"],
-        )
+        """A row of :data:`SNAPSHOT_COLUMNS`."""
+        values = job_values(row._mapping)
+        values["reported"] = values.pop("reported_at_ms") is not None
+        return cls(**values)
 
     @property
     def terminal(self) -> bool:
@@ -85,14 +72,7 @@ class JobSnapshot:
 
     @property
     def pending_reason(self) -> str:
-        return pending_reason(
-            direction=self.direction,
-            handoff_state=self.handoff_state,
-            state=self.state,
-            peer_id=self.peer_id,
-            backend_id=self.backend_id,
-            reported=self.reported,
-        )
+        return pending_reason_of(self)
 
 
 class AsyncFederationStore:
@@ -146,13 +126,7 @@ class AsyncFederationStore:
         """Live jobs whose state someone else reports (peers, local backends), or with a cancel to route."""
         self.queries += 1
         async with self.engine.connect() as connection:
-            query = sa.select(sa.func.count()).where(
-                jobs.c.state.not_in(TERMINAL_VALUES),
-                sa.or_(
-                    jobs.c.direction.in_([Direction.LOCAL.value, Direction.RECEIVED.value]),  # run by our backends
-                    jobs.c.handoff_state.in_([HandoffState.PENDING.value, HandoffState.HANDED_OFF.value]),
-                ),
-            )
+            query = sa.select(sa.func.count()).where(not_terminal(), reported_by_runner())
             return int((await connection.execute(query)).scalar() or 0)
 
     async def request_cancel(self, job_id: str, now_ms: int) -> CancelOutcome:

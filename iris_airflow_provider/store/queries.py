@@ -8,18 +8,18 @@ Nothing here writes; the operations themselves stay in :mod:`iris_airflow_provid
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.federation.states import TERMINAL, Direction, JobState
-from iris_airflow_provider.runner import RUNNER_DAG_ID
+from iris_airflow_provider.core.states import Direction, JobState
+from iris_airflow_provider.store.common import TERMINAL_VALUES, not_terminal, read
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.schema import jobs
 from iris_airflow_provider.store.store import FederationStore
 
-_TERMINAL = tuple(s.value for s in TERMINAL)
 MAX_FACET_VALUES = 500  # distinct peers / submitters offered as filter choices
 
 
@@ -27,13 +27,19 @@ MAX_FACET_VALUES = 500  # distinct peers / submitters offered as filter choices
 class JobScope:
     """Which jobs a caller may see, by the Airflow DAG each job belongs to.
 
-    A job belongs to the DAG of the task that submitted it; a job received from a peer without
-    one, to the runner DAG that runs it here; any other job without a DAG, to no DAG at all
-    (only callers allowed on every DAG see those). ``dag_ids`` None: no restriction.
+    A job belongs to the DAG of the task that submitted it (its origin); a job received from a peer
+    without one, to ``received_dag_id`` (the caller's: the DAG that runs received jobs here); any
+    other job without a DAG, to no DAG at all (only callers allowed on every DAG see those).
+    ``dag_ids`` None: no restriction. The store knows no DAG by name: restricting callers name both.
     """
 
     dag_ids: frozenset[str] | None = None
     dagless: bool = True
+    received_dag_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dag_ids is not None and self.received_dag_id is None:
+            raise ValueError("a restricted JobScope must name received_dag_id, the DAG received jobs belong to")
 
     @classmethod
     def everything(cls) -> JobScope:
@@ -46,18 +52,19 @@ class JobScope:
         allowed: list[sa.ColumnElement[bool]] = []
         if self.dag_ids:
             allowed.append(jobs.c.origin_dag_id.in_(sorted(self.dag_ids)))
-        if RUNNER_DAG_ID in self.dag_ids:
+        if self.received_dag_id in self.dag_ids:
             allowed.append(sa.and_(no_origin, jobs.c.direction == Direction.RECEIVED.value))
         if self.dagless:
             allowed.append(sa.and_(no_origin, jobs.c.direction != Direction.RECEIVED.value))
         return sa.or_(*allowed) if allowed else sa.false()
 
 
-def job_dag_id(job: JobRecord) -> str | None:
-    """The Airflow DAG whose permissions govern ``job`` (see :class:`JobScope`)."""
+def job_dag_id(job: JobRecord, *, received_dag_id: str) -> str | None:
+    """The Airflow DAG whose permissions govern ``job`` (see :class:`JobScope`): its origin's, or
+    ``received_dag_id`` for a job received from a peer without one."""
     if job.origin is not None:
         return job.origin.dag_id
-    return RUNNER_DAG_ID if job.direction is Direction.RECEIVED else None
+    return received_dag_id if job.direction is Direction.RECEIVED else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +93,9 @@ class JobFilter:
             # autoescape: job ids are full of "_", which LIKE would read as a wildcard.
             where.append(jobs.c.job_id.icontains(self.job_id_contains, autoescape=True))
         if self.active is True:
-            where.append(jobs.c.state.not_in(_TERMINAL))
+            where.append(not_terminal())
         elif self.active is False:
-            where.append(jobs.c.state.in_(_TERMINAL))
+            where.append(jobs.c.state.in_(TERMINAL_VALUES))
         return where
 
 
@@ -124,14 +131,14 @@ class MonitoringQueries:
     def __init__(self, store: FederationStore) -> None:
         self.store = store
 
-    def _read(self) -> sa.Connection:
-        return self.store.engine.connect()
+    def _read(self) -> AbstractContextManager[sa.Connection]:
+        return read(self.store.engine)
 
     def list_jobs(
         self, job_filter: JobFilter = JobFilter(), scope: JobScope = JobScope(), *, limit: int = 50, offset: int = 0
     ) -> JobPage:
         page, count = self.page_queries(job_filter, scope, limit=limit, offset=offset)
-        with self._read() as connection, connection.begin():
+        with self._read() as connection:
             rows = connection.execute(page).mappings().all()
             total = int(connection.execute(count).scalar_one())
         return JobPage([JobRecord.from_row(row) for row in rows], total, limit, offset)
@@ -157,21 +164,8 @@ class MonitoringQueries:
         allowed = scope.clause()
         where = [allowed] if allowed is not None else []
         by_state = sa.select(jobs.c.state, sa.func.count()).where(*where).group_by(jobs.c.state)
-        peer_ids = (
-            sa.select(jobs.c.peer_id)
-            .where(jobs.c.peer_id != "", *where)
-            .distinct()
-            .order_by(jobs.c.peer_id)
-            .limit(MAX_FACET_VALUES)
-        )
-        submitters = (
-            sa.select(jobs.c.submitting_user)
-            .where(jobs.c.submitting_user != "", *where)
-            .distinct()
-            .order_by(jobs.c.submitting_user)
-            .limit(MAX_FACET_VALUES)
-        )
-        with self._read() as connection, connection.begin():
+        peer_ids, submitters = (_choices(column, where) for column in (jobs.c.peer_id, jobs.c.submitting_user))
+        with self._read() as connection:
             states = {row[0]: int(row[1]) for row in connection.execute(by_state)}
             peers = [row[0] for row in connection.execute(peer_ids)]
             users = [row[0] for row in connection.execute(submitters)]
@@ -185,17 +179,22 @@ class MonitoringQueries:
             .distinct()
             .order_by(jobs.c.origin_dag_id)
         )
-        with self._read() as connection, connection.begin():
+        with self._read() as connection:
             return [row[0] for row in connection.execute(query)]
 
     def active_counts(self, directions: Sequence[Direction] = tuple(Direction)) -> list[ActiveCount]:
         query = (
             sa.select(jobs.c.direction, jobs.c.peer_id, jobs.c.backend_id, jobs.c.state, sa.func.count())
-            .where(jobs.c.state.not_in(_TERMINAL), jobs.c.direction.in_([d.value for d in directions]))
+            .where(not_terminal(), jobs.c.direction.in_([d.value for d in directions]))
             .group_by(jobs.c.direction, jobs.c.peer_id, jobs.c.backend_id, jobs.c.state)
         )
-        with self._read() as connection, connection.begin():
+        with self._read() as connection:
             return [
                 ActiveCount(Direction(row[0]), row[1], row[2], JobState(row[3]), int(row[4]))
                 for row in connection.execute(query)
             ]
+
+
+def _choices(column: sa.Column[str], where: list[sa.ColumnElement[bool]]) -> sa.Select[Any]:
+    """The distinct non-empty values of ``column`` within ``where``, sorted, at most MAX_FACET_VALUES."""
+    return sa.select(column).where(column != "", *where).distinct().order_by(column).limit(MAX_FACET_VALUES)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from iris_airflow_provider.federation.model import JobSpec
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState, pending_reason
+from iris_airflow_provider.core.job_report import JobReport, ReplicaReport, projected
+from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState, pending_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,51 @@ class Origin:
     run_id: str
     task_id: str
     map_index: int = -1
+
+
+class JobStateView(Protocol):
+    """What a job's pending reason depends on (a whole record, or a waiting task's snapshot)."""
+
+    @property
+    def direction(self) -> Direction: ...
+    @property
+    def handoff_state(self) -> HandoffState | None: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def peer_id(self) -> str: ...
+    @property
+    def backend_id(self) -> str: ...
+    @property
+    def reported(self) -> bool: ...
+
+
+def pending_reason_of(job: JobStateView) -> str:
+    """The seed's pending reason of ``job`` ("" once it runs or ended)."""
+    return pending_reason(
+        direction=job.direction,
+        handoff_state=job.handoff_state,
+        state=job.state,
+        peer_id=job.peer_id,
+        backend_id=job.backend_id,
+        reported=job.reported,
+    )
+
+
+ORIGIN_PARTS = ("dag_id", "run_id", "task_id", "map_index")  # columns origin_<part>
+
+# Columns whose stored form is not what records hold; every other column is taken as it is.
+_DECODE: dict[str, Callable[[Any], Any]] = {
+    "direction": Direction,
+    "state": JobState,
+    "handoff_state": lambda value: HandoffState(value) if value else None,
+    "avoided_peers": lambda value: value or {},
+}
+
+
+def job_values(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """Columns of an ``iris_jobs`` row (all, or a selection) as records hold them: enums parsed."""
+    return {name: _DECODE[name](value) if name in _DECODE else value for name, value in row.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,42 +102,11 @@ class JobRecord:
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
-        origin = None
-        if row["origin_dag_id"] is not None:
-            origin = Origin(row["origin_dag_id"], row["origin_run_id"], row["origin_task_id"], row["origin_map_index"])
-        return cls(
-            job_id=row["job_id"],
-            direction=Direction(row["direction"]),
-            handoff_state=HandoffState(row["handoff_state"]) if row["handoff_state"] else None,
-            state=JobState(row["state"]),
-            peer_id=row["peer_id"],
-            backend_id=row["backend_id"],
-            owner_principal=row["owner_principal"],
-            submitting_user=row["submitting_user"],
-            nonce=row["nonce"],
-            cancel_intent_version=row["cancel_intent_version"],
-            priority_band=row["priority_band"],
-            submitted_at_ms=row["submitted_at_ms"],
-            scheduling_deadline_ms=row["scheduling_deadline_ms"],
-            spec=row["spec"],
-            error=row["error"],
-            exit_code=row["exit_code"],
-            started_at_ms=row["started_at_ms"],
-            finished_at_ms=row["finished_at_ms"],
-            reported_at_ms=row["reported_at_ms"],
-            updated_at_ms=row["updated_at_ms"],
-            row_version=row["row_version"],
-            origin=origin,
-            delivery_attempts=row["delivery_attempts"],
-            next_delivery_at_ms=row["next_delivery_at_ms"],
-            last_delivery_error=row["last_delivery_error"],
-            cancel_delivered_version=row["cancel_delivered_version"],
-            log_cursor=row["log_cursor"],
-            last_log_seq=row["last_log_seq"],
-            handoff_since_ms=row["handoff_since_ms"],
-            requeue_count=row["requeue_count"],
-            avoided_peers=row["avoided_peers"] or {},
-        )
+        """A whole ``iris_jobs`` row (``SELECT *`` or ``RETURNING *``)."""
+        values = job_values(row)
+        dag_id, run_id, task_id, map_index = (values.pop(f"origin_{part}") for part in ORIGIN_PARTS)
+        origin = Origin(dag_id, run_id, task_id, map_index) if dag_id is not None else None
+        return cls(**values, origin=origin)
 
     @property
     def job_spec(self) -> JobSpec:
@@ -100,6 +115,10 @@ class JobRecord:
     @property
     def terminal(self) -> bool:
         return self.state.terminal
+
+    def report(self, replicas: tuple[ReplicaReport, ...] = ()) -> JobReport:
+        """Where this incarnation stands, as the one job-state value (replicas come from its backend)."""
+        return projected(self, JobReport, replicas=replicas)
 
     def avoided_peer_ids(self, now_ms: int) -> list[str]:
         """The peers this job must not be placed on at ``now_ms``."""
@@ -110,15 +129,13 @@ class JobRecord:
         return self.cancel_intent_version > 0
 
     @property
+    def reported(self) -> bool:
+        """Whether its runner (a peer, or a local backend) has reported on it yet."""
+        return self.reported_at_ms is not None
+
+    @property
     def pending_reason(self) -> str:
-        return pending_reason(
-            direction=self.direction,
-            handoff_state=self.handoff_state,
-            state=self.state,
-            peer_id=self.peer_id,
-            backend_id=self.backend_id,
-            reported=self.reported_at_ms is not None,
-        )
+        return pending_reason_of(self)
 
 
 @dataclass(frozen=True, slots=True)

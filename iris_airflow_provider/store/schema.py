@@ -26,7 +26,6 @@ Json = sa.JSON().with_variant(JSONB(), "postgresql")
 DIRECTIONS = ("local", "sent", "received")
 HANDOFF_STATES = ("queued", "pending", "handed_off", "rejected")
 JOB_STATES = ("pending", "accepted", "running", "succeeded", "failed", "killed", "unschedulable")
-TERMINAL_STATES = ("succeeded", "failed", "killed", "unschedulable")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:

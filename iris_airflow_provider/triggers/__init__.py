@@ -1,1 +1,3 @@
-"""Populated by the Airflow surface (operator, sensor, trigger, placement DAG)."""
+"""Triggers: the deferred side of operators and sensors (one shared store poller per triggerer),
+and the placement DAG's wake-up.
+"""

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.store.async_store import AsyncFederationStore, JobSnapshot
 from iris_airflow_provider.triggers.poller import LogLines, Message, SharedJobPoller

@@ -26,7 +26,7 @@ from kubernetes.client import (
 )
 from kubernetes.client import V1Node as Node
 
-from iris_airflow_provider.backends.kubernetes_capacity import (
+from iris_airflow_provider.backends.kubernetes.capacity import (
     UNATTRIBUTED_BAND,
     VARIANT_POD_LABEL,
     CapacityPolicy,
@@ -34,8 +34,8 @@ from iris_airflow_provider.backends.kubernetes_capacity import (
     parse_quantity,
     pod_request,
 )
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.wire import BackendSummary
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.wire import BackendSummary
 
 PRODUCT = "nvidia.com/gpu.product"
 POLICY = CapacityPolicy(

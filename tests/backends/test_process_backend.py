@@ -25,10 +25,10 @@ from iris_airflow_provider.backends.base import (
     SubmissionRefusedError,
     SubmitOutcome,
 )
-from iris_airflow_provider.backends.process import ProcessBackend
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.model import JobSpec, parse_job
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.backends.process.backend import ProcessBackend
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.states import JobState
 
 T = TypeVar("T")
 TIMEOUT = 10.0
@@ -619,8 +619,8 @@ def _status_file(state_dir: Path, job_id: str) -> Path:
 
 def test_files_that_travel_with_the_job_are_in_its_workdir(tmp_path):
     from iris_airflow_provider.backends.base import Submission
-    from iris_airflow_provider.backends.process import ProcessBackend
-    from iris_airflow_provider.federation.model import parse_job
+    from iris_airflow_provider.backends.process.backend import ProcessBackend
+    from iris_airflow_provider.core.model import parse_job
 
     backend = ProcessBackend("cpu", tmp_path / "state")
     spec = parse_job(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from iris_airflow_provider.backends.process import ProcessBackend
+from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import (
     AgentlessPeerConfig,
@@ -16,7 +16,7 @@ from iris_airflow_provider.cluster.config import (
     load_cluster_config,
     parse_cluster_config,
 )
-from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 
 EXAMPLE_YAML = """\

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from iris_airflow_provider.backends.kubernetes import KubernetesBackend
+from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
 from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import KubernetesBackendConfig, load_cluster_config, parse_cluster_config
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.errors import SpecError
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.errors import SpecError
 
 CLUSTER = """\
 name: marin

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from iris_airflow_provider.federation.availability import Availability, PeerBackend, PeerState
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.placement import Candidate
+from iris_airflow_provider.core.availability import Availability, PeerBackend, PeerState
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.placement import Candidate
 
 NOW = 1_000_000
 

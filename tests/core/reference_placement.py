@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from iris_airflow_provider.federation.availability import PeerState
-from iris_airflow_provider.federation.constraints import satisfies
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.placement import Candidate
+from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.constraints import satisfies
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.placement import Candidate
 
 
 def reference_plan(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from iris_airflow_provider.federation.availability import Availability, PeerBackend, PeerState
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.constraints import Constraint, Op, normalize_advertised
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.placement import Candidate
+from iris_airflow_provider.core.availability import Availability, PeerBackend, PeerState
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.constraints import Constraint, Op, normalize_advertised
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.placement import Candidate
 
 NOW = 5_000_000
 EPOCH = NOW - 20_000

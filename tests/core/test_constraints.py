@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iris_airflow_provider.federation.constraints import (
+from iris_airflow_provider.core.constraints import (
     BACKEND_KEY,
     CLUSTER_KEY,
     REGISTRY,

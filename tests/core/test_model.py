@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.constraints import Constraint, Op, make_constraint
-from iris_airflow_provider.federation.errors import SpecError
-from iris_airflow_provider.federation.model import parse_job
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.constraints import Constraint, Op, make_constraint
+from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.model import parse_job
 
 
 def gpu(variant: str = "h100", count: int = 8, replicas: int = 1) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.object_stores import (
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.object_stores import (
     ForeignPath,
     mismatch_message,
     object_store_paths,

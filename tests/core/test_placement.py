@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.placement import plan
-from tests.federation.builders import NOW, backend, cpu_job, gpu, job, peer
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.placement import plan
+from tests.core.builders import NOW, backend, cpu_job, gpu, job, peer
 
 
 def placed(result):

@@ -8,11 +8,11 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iris_airflow_provider.federation import ledger as ledger_math
-from iris_airflow_provider.federation.availability import PeerState
-from iris_airflow_provider.federation.placement import PlacementResult, plan
-from tests.federation.reference_placement import as_reference_shape, reference_plan
-from tests.federation.strategies import NOW, STALENESS, contended_states, states
+from iris_airflow_provider.core import ledger as ledger_math
+from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.placement import PlacementResult, plan
+from tests.core.reference_placement import as_reference_shape, reference_plan
+from tests.core.strategies import NOW, STALENESS, contended_states, states
 
 PROFILE = settings(max_examples=400, deadline=None)
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iris_airflow_provider.federation.availability import LocalBackend, PeerState
-from iris_airflow_provider.federation.constraints import normalize_advertised, satisfies_all
-from iris_airflow_provider.federation.model import JobSpec, parse_job
-from iris_airflow_provider.federation.router import Decision, Disposition, classify, local_backends_for
-from tests.federation.builders import NOW, backend, gpu, peer
+from iris_airflow_provider.core.availability import LocalBackend, PeerState
+from iris_airflow_provider.core.constraints import normalize_advertised, satisfies_all
+from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.router import Decision, Disposition, classify, local_backends_for
+from tests.core.builders import NOW, backend, gpu, peer
 
 STALENESS = 120_000
 

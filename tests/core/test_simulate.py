@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from iris_airflow_provider.cli import main
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.errors import SpecError
-from iris_airflow_provider.federation.simulate import simulate
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.simulate import simulate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NOW = 1_000_000

@@ -8,14 +8,19 @@ The parent cluster ``marin`` has a CPU process backend; its peers ``cw-h100`` (8
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.states import HandoffState, JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
+from tests.waiting import wait_for
+
+# Real services take seconds per step: wait longer, and poll less often, than unit tests do.
+_wait = partial(wait_for, timeout=90, interval=0.5)
 
 pytestmark = pytest.mark.e2e
 
@@ -188,16 +193,6 @@ def _job_for_run(store: FederationStore, run_id: str) -> str | None:
         if job.origin is not None and job.origin.run_id == run_id:
             return job.job_id
     return None
-
-
-def _wait(condition, what: str, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_a_triggerer_restart_does_not_cancel_a_waiting_job(deployment, store):

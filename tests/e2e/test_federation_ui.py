@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -20,24 +21,19 @@ import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
 from devtools.browser import chromium, chromium_path, page_url, sign_in
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.states import HandoffState, JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
+from tests.waiting import wait_for
+
+# Real services take seconds per step: wait longer, and poll less often, than unit tests do.
+_wait = partial(wait_for, timeout=90, interval=0.5)
 
 pytestmark = pytest.mark.e2e
 
 API = "/iris/federation/ui/api"
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
 PINNED_REASON = "Queued for peer cw-gb200 to report free capacity"
-
-
-def _wait(condition: Callable[[], Any], what: str, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _job_of(deployment: AirflowDeployment, run_id: str) -> str:

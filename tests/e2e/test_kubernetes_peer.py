@@ -17,11 +17,11 @@ from kubernetes import client
 
 from devtools.airflow_deployment import AirflowDeployment
 from devtools.fake_kube import FakeKube
-from iris_airflow_provider.backends.kubernetes import JOB_KEY_LABEL, NONCE_ANNOTATION, job_key
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, NONCE_ANNOTATION, job_key
+from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store.store import FederationStore
+from tests.backends.contract.conftest import readme_rbac_rules
 from tests.e2e.conftest import free_port, save_logs
-from tests.kubernetes.contract.conftest import readme_rbac_rules
 from tests.postgres import scratch_database
 
 pytestmark = pytest.mark.e2e

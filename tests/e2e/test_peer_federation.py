@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,18 @@ import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
 from devtools.fault_proxy import FaultProxy
-from iris_airflow_provider.backends.process import job_directory_name
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.backends.process.backend import job_directory_name
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
-from iris_airflow_provider.runner import RUNNER_DAG_ID
 from iris_airflow_provider.store.store import FederationStore
 from tests.e2e.conftest import free_port, save_logs
 from tests.postgres import scratch_database
+from tests.waiting import wait_for
+
+# Real services take seconds per step: wait longer, and poll less often, than unit tests do.
+_wait = partial(wait_for, timeout=120, interval=0.5)
 
 pytestmark = pytest.mark.e2e
 
@@ -272,13 +277,3 @@ def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federati
     assert received.nonce != first_nonce and received.state is JobState.SUCCEEDED
     assert "resubmitted" in [e.kind for e in federation.parent_store.events("/alice/nightly-eval")]
     assert sorted(r["state"] for r in runner_runs(federation.peer, "/alice/nightly-eval")) == ["success", "success"]
-
-
-def _wait(condition, what: str, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")

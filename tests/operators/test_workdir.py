@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from iris_airflow_provider.federation.model import MAX_FILES, MAX_FILES_BYTES, file_bytes, parse_job
-from iris_airflow_provider.workdir import WorkdirError, pack_workdir
+from iris_airflow_provider.core.model import MAX_FILES, MAX_FILES_BYTES, file_bytes, parse_job
+from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
 
 
 def write(root: Path, name: str, data: bytes | str) -> None:

@@ -14,9 +14,9 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Response
 
-from iris_airflow_provider import runtime
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.hooks import runtime
 from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
 from iris_airflow_provider.peers.identity import TokenMinter, TokenVerifier, generate_keypair

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from iris_airflow_provider.backends.base import Submission
-from iris_airflow_provider.backends.process import ProcessBackend
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.router import Disposition
-from iris_airflow_provider.federation.router import classify as route
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.backends.process.backend import ProcessBackend
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.router import Disposition
+from iris_airflow_provider.core.router import classify as route
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.services.federation import (
@@ -572,7 +572,7 @@ def test_a_cancel_that_lands_while_a_local_job_is_being_started_stops_it(lite: W
         job, direction=Direction.LOCAL, now_ms=lite.clock(), submitting_user=ALICE, backend_id="cpu"
     )
     federation.cancel("/alice/raced")
-    federation._start_local(admission.job, job)
+    federation.submitter.start_local(admission.job, job)
     backend = lite.backends["cpu"]
     deadline = time.monotonic() + 30
     while (report := backend.status("/alice/raced")) is None or not report.state.terminal:

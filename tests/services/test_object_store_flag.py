@@ -3,9 +3,9 @@ handoff: in its history and in the task log of whoever waits for it (DESIGN.md, 
 
 from __future__ import annotations
 
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.states import JobState
-from iris_airflow_provider.monitoring import explain_job
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.services.job_views import job_explanation
 from tests.services.world import ALICE, World, event_kinds, tick_until
 
 S3_ONLY = {"object-store": ["s3"]}
@@ -53,7 +53,7 @@ def test_explain_shows_which_backends_cannot_read_a_queued_jobs_paths(world: Wor
     federation = world.federation()
     federation.submit(gpu_job("/alice/big", count=8, MARIN_PREFIX="gs://marin/x"), submitting_user=ALICE)
     job = world.job("/alice/big")
-    explained = explain_job(federation, job, world.clock())
+    explained = job_explanation(federation, job, world.clock())
     rows = {
         (peer["peer_id"], row["backend_id"]): row
         for peer in explained["explanation"]["peers"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from iris_airflow_provider.federation.states import Direction, JobState
+from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.services import receiver as receiver_module
 from iris_airflow_provider.store.store import FederationStore

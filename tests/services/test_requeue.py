@@ -4,30 +4,20 @@ terminated there by job id and nonce; pinned and accepted jobs never move."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
-from iris_airflow_provider.backends.process import ProcessBackend
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
-from iris_airflow_provider.monitoring import explain_job
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
 from iris_airflow_provider.services.federation import ABANDONED_UNCONFIGURED_TTL_MS
+from iris_airflow_provider.services.job_views import job_explanation
 from iris_airflow_provider.store.records import pending_reason_history
 from tests.services.world import ALICE, World, event_kinds, spec, tick_until
+from tests.waiting import wait_state
 
 REQUEUE_AFTER_S = 60
-
-
-def wait_for_state(backend: ProcessBackend, job_id: str, state: JobState, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while (report := backend.status(job_id)) is None or report.state is not state:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 AVOID_S = 600
@@ -58,7 +48,7 @@ def test_a_job_a_peer_keeps_failing_to_take_is_requeued_to_another_and_runs_ther
     assert job.avoided_peer_ids(world.clock() + AVOID_S * 1000) == []  # not forever
     # cw-h100 never admitted it: asked to drop it all the same, it has nothing to stop.
     assert world.peers["cw-h100"].count("cancel") == 1 and world.store.abandoned_handoffs() == []
-    explained = explain_job(federation, job, world.clock())
+    explained = job_explanation(federation, job, world.clock())
     statuses = {row["peer_id"]: row["status"] for row in explained["explanation"]["peers"]}
     assert statuses["cw-h100"].startswith("avoided") and statuses["cw-spare"] == "ok"
     assert explained["status"] == "placeable" and "cw-spare/default" in explained["summary"]
@@ -97,7 +87,7 @@ def test_an_incarnation_admitted_behind_a_lost_answer_is_terminated_on_that_peer
     world.clock.advance(REQUEUE_AFTER_S * 1000 + 30_000)
     report = federation.tick()
     assert report.requeued == ["/alice/twice"] and "/alice/twice" in report.cancelled
-    assert wait_for_state(world.peer_backend("cw-h100"), "/alice/twice", JobState.KILLED)  # stopped there
+    wait_state(world.peer_backend("cw-h100"), "/alice/twice", JobState.KILLED, timeout=15)  # stopped there
     assert "stray_terminated" in event_kinds(world.store, "/alice/twice")
     assert world.store.abandoned_handoffs() == []
 

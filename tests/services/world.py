@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
-from iris_airflow_provider.backends.process import ProcessBackend
+from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import ClusterConfig, parse_cluster_config
-from iris_airflow_provider.federation.availability import Availability, PeerBackend
-from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.model import JobSpec, parse_job
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core.availability import Availability, PeerBackend
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, SyncResult
 from iris_airflow_provider.services.federation import Federation, now_ms
@@ -57,6 +57,8 @@ class ScriptedPeer:
     def __init__(self, inner: Peer) -> None:
         self.inner = inner
         self.peer_id = inner.peer_id
+        self.kind = inner.kind
+        self.address = inner.address
         self.errors: dict[str, BaseException] = {}
         self.lost_answers: dict[str, BaseException] = {}  # per method: do the call, then fail as if unheard
         self.hangs: dict[str, threading.Event] = {}
@@ -105,6 +107,9 @@ class ScriptedPeer:
 
 class FakePeer:
     """A peer in memory with one h100 backend: it admits whatever it is handed and keeps it pending."""
+
+    kind = "agentless"
+    address = ""
 
     def __init__(self, peer_id: str, clock: Callable[[], int], h100: int = 8) -> None:
         self.peer_id = peer_id

@@ -11,9 +11,9 @@ import multiprocessing
 import random
 from collections import Counter
 
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.placement import Promotion
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
 
 JOBS = 200

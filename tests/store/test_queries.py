@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.states import Direction, JobState
-from iris_airflow_provider.runner import RUNNER_DAG_ID
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries, job_dag_id
 from iris_airflow_provider.store.records import Origin
 
 NOW = 1_700_000_000_000
+# The store knows no DAG by name: the caller names the one received jobs belong to (its runner DAG).
+RUNNER_DAG_ID = "the_runner_dag"
 
 
 def admit(store, job_id, *, user="alice", dag="train_dag", direction=Direction.SENT, peer="", at=NOW, backend=""):
@@ -70,18 +72,29 @@ def test_a_scope_shows_only_jobs_of_allowed_dags_and_runner_jobs_only_with_the_r
     admit(store, "/alice/b", dag="dag_b")
     admit(store, "/script/no-dag", dag=None, direction=Direction.LOCAL, backend="cpu")
     received = admit(store, "/parent/received", dag=None, direction=Direction.RECEIVED, peer="marin", backend="cpu")
-    assert job_dag_id(received) == RUNNER_DAG_ID
+    assert job_dag_id(received, received_dag_id=RUNNER_DAG_ID) == RUNNER_DAG_ID
+    assert job_dag_id(store.get_job("/alice/a"), received_dag_id=RUNNER_DAG_ID) == "dag_a"
+    assert job_dag_id(store.get_job("/script/no-dag"), received_dag_id=RUNNER_DAG_ID) is None
     queries = MonitoringQueries(store)
 
     def ids(scope):
         return sorted(j.job_id for j in queries.list_jobs(scope=scope).jobs)
 
+    def scope(*dag_ids, dagless=False):
+        return JobScope(frozenset(dag_ids), dagless=dagless, received_dag_id=RUNNER_DAG_ID)
+
     assert ids(JobScope.everything()) == ["/alice/a", "/alice/b", "/parent/received", "/script/no-dag"]
-    assert ids(JobScope(frozenset({"dag_a"}), dagless=False)) == ["/alice/a"]
-    assert ids(JobScope(frozenset({"dag_b", RUNNER_DAG_ID}), dagless=False)) == ["/alice/b", "/parent/received"]
-    assert ids(JobScope(frozenset(), dagless=False)) == []
-    assert queries.list_jobs(scope=JobScope(frozenset({"dag_a"}), dagless=False)).total == 1
+    assert ids(scope("dag_a")) == ["/alice/a"]
+    assert ids(scope("dag_b", RUNNER_DAG_ID)) == ["/alice/b", "/parent/received"]
+    assert ids(scope()) == []
+    assert ids(scope(dagless=True)) == ["/script/no-dag"]
+    assert queries.list_jobs(scope=scope("dag_a")).total == 1
     assert queries.origin_dag_ids() == ["dag_a", "dag_b"]
+
+
+def test_a_restricted_scope_must_name_the_dag_received_jobs_belong_to():
+    with pytest.raises(ValueError, match="received_dag_id"):
+        JobScope(frozenset({"dag_a"}), dagless=False)
 
 
 def test_facets_count_states_and_list_peers_and_submitters_within_the_scope(store):
@@ -94,7 +107,7 @@ def test_facets_count_states_and_list_peers_and_submitters_within_the_scope(stor
     assert everything.states["running"] == 0
     assert everything.peers == ["cw-gb200", "cw-h100"]
     assert everything.submitters == ["alice", "bob"]
-    only_a = queries.facets(JobScope(frozenset({"dag_a"}), dagless=False))
+    only_a = queries.facets(JobScope(frozenset({"dag_a"}), dagless=False, received_dag_id=RUNNER_DAG_ID))
     assert (only_a.peers, only_a.submitters, only_a.states["failed"]) == (["cw-h100"], ["alice"], 0)
 
 

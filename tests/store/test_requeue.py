@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.schema import jobs
 from iris_airflow_provider.store.store import FederationStore, RequeueOutcome
 from tests.postgres import scratch_database

@@ -8,14 +8,14 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.availability import Availability, PeerBackend
-from iris_airflow_provider.federation.bands import Band
-from iris_airflow_provider.federation.constraints import normalize_advertised
-from iris_airflow_provider.federation.ledger import LedgerEntry
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.placement import Promotion
-from iris_airflow_provider.federation.states import Direction, HandoffState, JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.availability import Availability, PeerBackend
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.records import Origin
 from iris_airflow_provider.store.schema import VERSION_TABLE, jobs, metadata
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.placement import Promotion
-from iris_airflow_provider.federation.states import Direction, JobState
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.store import FederationStore
 from iris_airflow_provider.triggers.poller import SharedJobPoller

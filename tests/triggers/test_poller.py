@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store import async_store
 from iris_airflow_provider.store.async_store import AsyncFederationStore
 from iris_airflow_provider.triggers.federation import FederationJobTrigger

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from airflow.sdk.module_loading import import_string
 
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.states import HandoffState, JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.async_store import AsyncFederationStore
 from iris_airflow_provider.triggers.federation import FederationJobTrigger
 from iris_airflow_provider.triggers.poller import LogLines, SharedJobPoller

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from iris_airflow_provider.cluster.build import build_federation
 from iris_airflow_provider.cluster.config import load_cluster_config
-from iris_airflow_provider.federation.model import parse_job
-from iris_airflow_provider.federation.states import Direction
+from iris_airflow_provider.core.model import parse_job
+from iris_airflow_provider.core.states import Direction
 from iris_airflow_provider.plugins import ui_api
 from iris_airflow_provider.services.federation import Federation, now_ms
 from iris_airflow_provider.store.records import Origin
@@ -75,7 +76,7 @@ def federation(tmp_path: Path) -> Iterator[Federation]:
     config = load_cluster_config(tmp_path / "cluster.yaml")
     store = FederationStore.from_url(f"sqlite:///{tmp_path / 'federation.db'}")
     store.migrate()
-    fed = Federation.of(config, store)
+    fed = build_federation(config, store)
     fed.peer_states(refresh_stale=True)  # real heartbeats of both peers' process backends
     now = now_ms()
 

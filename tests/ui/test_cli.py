@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from iris_airflow_provider.cli import main
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.states import JobState
 from tests.ui.conftest import CLEANUP, EVAL, RECEIVED, TRAIN
 
 

@@ -7,12 +7,12 @@ import subprocess
 
 import pytest
 
-from iris_airflow_provider.federation import reasons
-from iris_airflow_provider.federation.placement import Promotion
-from iris_airflow_provider.federation.states import JobState
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.plugins import ui_api
 from iris_airflow_provider.plugins.iris_federation import IrisFederationPlugin
-from iris_airflow_provider.runner import RUNNER_DAG_ID
 from tests.ui.conftest import CLEANUP, EVAL, RECEIVED, TRAIN
 
 API = "/api"

@@ -33,8 +33,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
 
-from iris_airflow_provider.federation.availability import AVAILABILITY_METRIC_VERSION, Availability
-from iris_airflow_provider.federation.bands import BAND_PREFIX, Band
+from iris_airflow_provider.core.availability import AVAILABILITY_METRIC_VERSION, Availability
+from iris_airflow_provider.core.bands import BAND_PREFIX, Band
 
 GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"

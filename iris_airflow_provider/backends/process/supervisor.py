@@ -1,4 +1,4 @@
-"""The detached supervisor of one process-backend job: ``python -m ...backends._supervisor STATE_DIR JOB_DIR``.
+"""The detached supervisor of one process-backend job: ``python -m ...backends.process.supervisor STATE_DIR JOB_DIR``.
 
 The command returns at once, printing the supervisor's pid; the supervisor itself runs in its own
 session (so it outlives whoever started it and a signal to its process group reaches every
@@ -46,17 +46,18 @@ def main(argv: list[str]) -> int:
 
 
 def supervise(state_dir: Path, job_directory: str) -> None:
-    import json
-
-    from iris_airflow_provider.backends.process import KILL_GRACE_SECONDS, ProcessBackend
+    from iris_airflow_provider.backends.process.backend import KILL_GRACE_SECONDS, ProcessBackend
+    from iris_airflow_provider.backends.process.state import load_job
 
     backend = ProcessBackend.from_state_dir(state_dir)
     directory = state_dir / "jobs" / job_directory
-    job = json.loads((directory / "job.json").read_text())
-    status = json.loads((directory / "status.json").read_text())
-    devices = status.get("devices", {})
-    command = job["spec"]["command"]
-    replicas = int(job["spec"]["resources"]["replicas"])
+    loaded = load_job(directory)
+    if loaded is None:
+        raise FileNotFoundError(f"no job in {directory}")
+    job, status = loaded.record, loaded.status
+    devices = status.devices
+    command = job.command
+    replicas = job.replicas
 
     stopping: list[float] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(time.monotonic()))
@@ -119,10 +120,7 @@ def supervise(state_dir: Path, job_directory: str) -> None:
         if failed:
             error = f"Replica {failed[0][0]} exited with code {failed[0][1]}"
             failed_replica = failed[0][0]
-    attempt = int(status.get("attempts", 0))
-    backend.supervisor_finished(
-        job["job_id"], exit_codes, error, failed_replica, nonce=str(job["nonce"]), attempt=attempt
-    )
+    backend.supervisor_finished(job.job_id, exit_codes, error, failed_replica, nonce=job.nonce, attempt=status.attempts)
 
 
 if __name__ == "__main__":

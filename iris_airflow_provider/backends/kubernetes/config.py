@@ -1,0 +1,123 @@
+"""A Kubernetes backend's entry in the cluster file: connection, namespace, Kueue queue, priority
+classes per band, how GPU variants are read off nodes, tolerations and job defaults."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from iris_airflow_provider.core.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
+from iris_airflow_provider.core.model import StrictModel
+from iris_airflow_provider.core.names import check_name
+
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_K8S_LABEL_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+def _k8s_name(value: str) -> str:
+    if value and (len(value) > 253 or not _K8S_NAME.fullmatch(value)):
+        raise ValueError(f"must be a Kubernetes object name (lowercase letters, digits, '-' and '.'), got {value!r}")
+    return value
+
+
+class KubernetesToleration(StrictModel):
+    """A toleration the jobs carry; nodes with NoSchedule/NoExecute taints it does not cover are not counted."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] = ""
+
+
+class KubernetesBackendConfig(StrictModel):
+    """A Kubernetes cluster (with Kueue) reached through an Airflow ``kubernetes`` connection."""
+
+    id: str
+    kind: Literal["kubernetes"]
+    conn_id: str = Field(default="kubernetes_default", description="an Airflow connection of type kubernetes")
+    namespace: str = Field(default="", description="where jobs run; default: the connection's, else default")
+    queue_name: str = Field(
+        default="", description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name); empty: no Kueue"
+    )
+    priority_classes: dict[str, str] = Field(
+        default_factory=dict, description="band -> PriorityClass the band's jobs run with (and counted by)"
+    )
+    other_priority_classes: dict[str, str] = Field(
+        default_factory=dict, description="PriorityClass of other workloads -> the band they count as"
+    )
+    variant: str | None = Field(default=None, description="every GPU node is this variant (e.g. h100)")
+    variant_label: str | None = Field(default=None, description="else the node label naming a node's variant")
+    variant_values: dict[str, str] = Field(
+        default_factory=dict, description="variant_label value -> variant; empty: the value, lowercased"
+    )
+    tolerations: list[KubernetesToleration] = Field(default_factory=list)
+    image: str = Field(default="", description="for jobs that name no image")
+    attributes: dict[str, list[str]] = Field(default_factory=dict, description="extra advertised attributes")
+    env: dict[str, str] = Field(default_factory=dict, description="defaults for every job; a job's env wins")
+    files_in: Literal["configmap", "secret"] = Field(default="configmap", description="how workdir files travel")
+    max_files_bytes: int = Field(default=1_000_000, ge=1, le=1_048_576, description="a ConfigMap/Secret holds 1 MiB")
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    request_timeout_seconds: float = Field(default=20, gt=0)
+
+    _check_id = field_validator("id")(check_name)
+    _check_names = field_validator("namespace", "queue_name")(_k8s_name)
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _bands(cls, value: dict[str, str]) -> dict[str, str]:
+        return {_band_name(band): _k8s_name(name) for band, name in value.items()}
+
+    @field_validator("other_priority_classes")
+    @classmethod
+    def _other_bands(cls, value: dict[str, str]) -> dict[str, str]:
+        return {_k8s_name(name): _band_name(band) for name, band in value.items()}
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, value: str | None) -> str | None:
+        return value.strip().lower() if value else None
+
+    @field_validator("variant_label")
+    @classmethod
+    def _label_key(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not _K8S_LABEL_KEY.fullmatch(value):
+            raise ValueError(f"must be a Kubernetes label key such as nvidia.com/gpu.product, got {value!r}")
+        if value and info.data.get("variant"):
+            raise ValueError("give variant or variant_label, not both")
+        return value
+
+    @field_validator("variant_values")
+    @classmethod
+    def _values(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if value and not info.data.get("variant_label"):
+            raise ValueError("needs variant_label: the node label whose values these are")
+        return {label: variant.strip().lower() for label, variant in value.items()}
+
+    def band_classes(self) -> dict[Band, str]:
+        return {_parsed_band(band): name for band, name in self.priority_classes.items()}
+
+    def class_bands(self) -> dict[str, Band]:
+        """Every PriorityClass this backend knows, with its band (ours win over ``other_priority_classes``)."""
+        known = {name: _parsed_band(band) for name, band in self.other_priority_classes.items()}
+        known.update({name: band for band, name in self.band_classes().items()})
+        return known
+
+
+def _band_name(raw: str) -> str:
+    try:
+        band = parse_band(raw, unspecified=None)
+    except UnknownBandError as error:
+        raise ValueError(str(error)) from None
+    if band is None:
+        raise ValueError(f"{raw!r} is not a band; accepted: {', '.join(ACCEPTED_BAND_NAMES)}")
+    return band.name.lower()
+
+
+def _parsed_band(name: str) -> Band:
+    band = parse_band(name, unspecified=None)
+    assert band is not None
+    return band

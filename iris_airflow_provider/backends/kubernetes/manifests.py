@@ -1,0 +1,253 @@
+"""The objects the ``kubernetes`` backend creates, as the API server receives them (plain dicts).
+
+- **The Job** of one incarnation: an Indexed Job (``completions = parallelism = replicas``,
+  ``backoffLimit: 0``: retries are the federation's, as new incarnations), named after the job id
+  (``job_name``), labelled with a digest of the job id, the nonce, the requesting cluster and the
+  band, carrying the Kueue ``queue-name`` label (created suspended: Kueue unsuspends it on
+  admission) and the band's PriorityClass. GPUs are requested as ``nvidia.com/gpu`` on nodes of
+  the job's variant.
+- **Its files**: a ConfigMap (or Secret) owned by the Job, mounted file by file into a writable
+  ``/iris/workdir``.
+
+Pure: no API calls, no clock.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from iris_airflow_provider.backends.base import Submission, job_identity_env
+from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.model import JobSpec, file_bytes
+
+LABEL_PREFIX = "iris.marin.community/"
+JOB_KEY_LABEL = LABEL_PREFIX + "job-key"  # a digest of the job id: ids do not fit label values
+NONCE_LABEL = LABEL_PREFIX + "nonce"
+REQUESTER_LABEL = LABEL_PREFIX + "requester"
+BAND_LABEL = LABEL_PREFIX + "band"
+JOB_ID_ANNOTATION = LABEL_PREFIX + "job-id"
+NONCE_ANNOTATION = LABEL_PREFIX + "nonce"
+REQUESTER_ANNOTATION = LABEL_PREFIX + "requester"
+SUBMITTED_AT_ANNOTATION = LABEL_PREFIX + "submitted-at-ms"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "iris-airflow-provider"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+CONTAINER = "job"
+WORKDIR = "/iris/workdir"
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_NOT_NAME = re.compile(r"[^a-z0-9]+")
+
+
+def job_name(job_id: str) -> str:
+    """The Job's name: readable, at most 52 characters (pod hostnames add an index), unique by digest."""
+    readable = _NOT_NAME.sub("-", job_id.lower()).strip("-")[:36].strip("-")
+    digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
+    return f"iris-{readable}-{digest}" if readable else f"iris-{digest}"
+
+
+def job_key(job_id: str) -> str:
+    return hashlib.sha1(job_id.encode()).hexdigest()
+
+
+def label_value(value: str) -> str:
+    """``value`` when it is a valid label value, else a digest of it."""
+    if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
+        return value
+    return hashlib.sha1(value.encode()).hexdigest()
+
+
+def files_object_name(name: str, nonce: str) -> str:
+    """Per incarnation: a replaced Job's files may still be being garbage-collected."""
+    return f"{name}-files-{hashlib.sha1(nonce.encode()).hexdigest()[:8]}"
+
+
+def pod_selector(job: Any) -> str:
+    """This incarnation's pods (a replaced incarnation's may still be terminating)."""
+    labels = job.metadata.labels or {}
+    return f"{JOB_KEY_LABEL}={labels.get(JOB_KEY_LABEL, '')},{NONCE_LABEL}={labels.get(NONCE_LABEL, '')}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlacement:
+    """Where a job's pods may go: the variant they are counted as, and the node label values allowed."""
+
+    variant: str | None = None
+    label_key: str | None = None
+    label_values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """What a backend's configuration adds to every Job it creates."""
+
+    backend_id: str
+    queue_name: str = ""
+    priority_classes: Mapping[Band, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    image: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    files_in: str = "configmap"  # or "secret"
+    ttl_seconds_after_finished: int | None = None
+
+    def job_manifest(self, submission: Submission, placement: JobPlacement, namespace: str) -> dict[str, Any]:
+        """The batch/v1 Job for one incarnation."""
+        spec = submission.spec
+        name = job_name(submission.job_id)
+        replicas = spec.resources.replicas
+        labels = {
+            **MANAGED_BY,
+            JOB_KEY_LABEL: job_key(submission.job_id),
+            NONCE_LABEL: label_value(submission.nonce),
+            REQUESTER_LABEL: label_value(submission.requester),
+            BAND_LABEL: spec.priority_band.name.lower(),
+        }
+        annotations = {
+            JOB_ID_ANNOTATION: submission.job_id,
+            NONCE_ANNOTATION: submission.nonce,
+            REQUESTER_ANNOTATION: submission.requester,
+            SUBMITTED_AT_ANNOTATION: str(submission.submitted_at_ms),
+        }
+        pod_labels = dict(labels)
+        if placement.variant:
+            pod_labels[VARIANT_POD_LABEL] = placement.variant
+        job_labels = dict(labels)
+        if self.queue_name:
+            job_labels[QUEUE_LABEL] = self.queue_name
+        container: dict[str, Any] = {
+            "name": CONTAINER,
+            "image": spec.image or self.image,
+            "env": self.environment(submission, placement),
+            "resources": resources(spec),
+        }
+        if spec.command:
+            container["command"] = list(spec.command)
+        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        priority_class = self.priority_classes.get(spec.priority_band)
+        if priority_class:
+            pod_spec["priorityClassName"] = priority_class
+        if self.tolerations:
+            pod_spec["tolerations"] = [dict(t) for t in self.tolerations]
+        if placement.label_key and placement.label_values:
+            expression = {"key": placement.label_key, "operator": "In", "values": list(placement.label_values)}
+            pod_spec["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [expression]}]
+                    }
+                }
+            }
+        if spec.files:
+            # A writable workdir with each file mounted at its path (read-only) from the files object.
+            files = files_object_name(name, submission.nonce)
+            source = {"secret": {"secretName": files}} if self.files_in == "secret" else {"configMap": {"name": files}}
+            pod_spec["volumes"] = [{"name": "workdir", "emptyDir": {}}, {"name": "files", **source}]
+            container["workingDir"] = WORKDIR
+            container["volumeMounts"] = [
+                {"name": "workdir", "mountPath": WORKDIR},
+                *(
+                    {"name": "files", "mountPath": f"{WORKDIR}/{path}", "subPath": key, "readOnly": True}
+                    for key, path in file_keys(spec.files).items()
+                ),
+            ]
+        job_spec: dict[str, Any] = {
+            "completionMode": "Indexed",
+            "completions": replicas,
+            "parallelism": replicas,
+            "backoffLimit": 0,
+            # Kueue admits a suspended Job by unsuspending it; without Kueue it starts at once.
+            "suspend": bool(self.queue_name),
+            "template": {"metadata": {"labels": pod_labels, "annotations": dict(annotations)}, "spec": pod_spec},
+        }
+        if self.ttl_seconds_after_finished is not None:
+            job_spec["ttlSecondsAfterFinished"] = self.ttl_seconds_after_finished
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace, "labels": job_labels, "annotations": annotations},
+            "spec": job_spec,
+        }
+
+    def environment(self, submission: Submission, placement: JobPlacement) -> list[dict[str, Any]]:
+        """The container's env: the backend's defaults, the ``IRIS_*`` identity, then the job's own (it wins)."""
+        spec = submission.spec
+        values = dict(self.env)
+        values.update(job_identity_env(submission.job_id, submission.nonce, spec.resources.replicas, self.backend_id))
+        if placement.variant:
+            values["IRIS_DEVICE_VARIANT"] = placement.variant
+        values.update(spec.env)
+        env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
+        if "IRIS_REPLICA_INDEX" not in values:
+            field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
+            env.append({"name": "IRIS_REPLICA_INDEX", "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
+        return env
+
+    def files_manifest(self, job: Any, submission: Submission, namespace: str) -> dict[str, Any]:
+        """The ConfigMap (or Secret) carrying the workdir files, owned by the Job it belongs to."""
+        data: dict[str, str] = {}
+        binary: dict[str, str] = {}
+        for key, path in file_keys(submission.spec.files).items():
+            raw = file_bytes(submission.spec.files[path])
+            try:
+                text: str | None = raw.decode()
+            except UnicodeDecodeError:
+                text = None
+            if self.files_in == "secret" or text is None:
+                binary[key] = base64.b64encode(raw).decode()
+            else:
+                data[key] = text
+        labels = {k: v for k, v in (job.metadata.labels or {}).items() if k != QUEUE_LABEL}
+        manifest: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret" if self.files_in == "secret" else "ConfigMap",
+            "metadata": {
+                "name": files_object_name(job.metadata.name, submission.nonce),
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "name": job.metadata.name, "uid": job.metadata.uid}
+                ],
+            },
+        }
+        if self.files_in == "secret":
+            manifest["data"] = binary
+        else:
+            if data:
+                manifest["data"] = data
+            if binary:
+                manifest["binaryData"] = binary
+        return manifest
+
+
+def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
+    """A replica's container resources: its GPUs (request = limit), CPU and memory."""
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    device = spec.resources.device
+    if device.type == "gpu":
+        # Extended resources cannot be overcommitted: the request must equal the limit.
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(device.count)
+    if spec.resources.cpu:
+        requests["cpu"] = f"{round(spec.resources.cpu * 1000)}m"
+    if spec.resources.memory:
+        requests["memory"] = limits["memory"] = str(spec.resources.memory)
+    result: dict[str, dict[str, str]] = {}
+    if requests:
+        result["requests"] = requests
+    if limits:
+        result["limits"] = limits
+    return result
+
+
+def file_keys(files: Mapping[str, str]) -> dict[str, str]:
+    """A ConfigMap key for each workdir path (keys allow letters, digits, '-', '_' and '.' only)."""
+    keys = {}
+    for index, path in enumerate(sorted(files)):
+        readable = re.sub(r"[^-._a-zA-Z0-9]+", "_", path)[-200:].lstrip(".") or "file"
+        keys[f"f{index:03d}-{readable}"] = path
+    return keys

@@ -1,0 +1,73 @@
+"""The commands that need no federation store: ``simulate``, ``dag-bundle-config``, ``keygen``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, TextIO
+
+from iris_airflow_provider.cli.output import emit
+from iris_airflow_provider.core.errors import SpecError
+
+
+def _read_json(path: str, stdin: TextIO) -> Any:
+    try:
+        if path == "-":
+            return json.load(stdin)
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SpecError.single("", f"{path} is not valid JSON: {error}") from None
+    except OSError as error:
+        raise SpecError.single("", f"cannot read {path}: {error.strerror}") from None
+
+
+def simulate(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    from iris_airflow_provider.core.simulate import simulate as simulate_tick
+
+    result = simulate_tick(_read_json(args.file, stdin), include_explanations=not args.no_explain)
+    emit(stdout, result, indent=None if args.compact else 2)
+    return 0
+
+
+def dag_bundle_config(dags_folder: bool = True) -> list[dict[str, Any]]:
+    """The ``[dag_processor] dag_bundle_config_list`` that loads the provider's placement DAG."""
+    from pathlib import Path
+
+    import iris_airflow_provider
+
+    bundle = {
+        "name": "iris_federation",
+        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+        "kwargs": {"path": str(Path(iris_airflow_provider.__file__).parent / "dags"), "refresh_interval": 300},
+    }
+    default = {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}}
+    return [default, bundle] if dags_folder else [bundle]
+
+
+def bundle(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    emit(stdout, dag_bundle_config(not args.without_dags_folder), indent=None)
+    return 0
+
+
+def keygen(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    import os
+    from pathlib import Path
+
+    from iris_airflow_provider.peers.identity import generate_keypair
+
+    private_pem, public_pem = generate_keypair()
+    directory = Path(args.out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    private_path, public_path = directory / f"{args.name}.key", directory / f"{args.name}.pub"
+    if private_path.exists() and not args.force:
+        raise SpecError.single("", f"{private_path} exists; pass --force to replace it")
+    descriptor = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(private_pem)
+    public_path.write_text(public_pem)
+    stdout.write(
+        f"private key: {private_path} (federation.private_key of cluster {args.name}; keep it secret)\n"
+        f"public key:  {public_path} (give it to each peer: federation.trusted_peers.{args.name}.public_key)\n"
+    )
+    return 0

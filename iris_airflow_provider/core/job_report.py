@@ -1,0 +1,46 @@
+"""The one value that says where an incarnation of a job stands: its state, exit code, error, times
+and replicas. Backends and peers report it; the store's row, the trigger's snapshot and the peer
+wire convert to and from it (:func:`projected`), so no layer copies job-state fields by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from iris_airflow_provider.core.states import JobState
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReport:
+    index: int
+    state: JobState
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobReport:
+    job_id: str
+    nonce: str
+    state: JobState
+    backend_id: str
+    error: str = ""
+    exit_code: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    replicas: tuple[ReplicaReport, ...] = ()
+
+
+def projected(source: object, target: type[T], **overrides: Any) -> T:
+    """A ``target`` dataclass built from the attributes of ``source`` named like its fields (or a
+    mapping's keys), with ``overrides`` winning; fields ``source`` lacks keep their defaults. One
+    way to convert between the shapes of a job's state, instead of a hand-written copy per pair."""
+    names = [field.name for field in dataclasses.fields(target)]  # type: ignore[arg-type]
+    if isinstance(source, Mapping):
+        values = {name: source[name] for name in names if name in source}
+    else:
+        values = {name: getattr(source, name) for name in names if hasattr(source, name)}
+    return target(**(values | overrides))

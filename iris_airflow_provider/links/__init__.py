@@ -1,0 +1,1 @@
+"""Extra links from Airflow tasks to this provider's pages."""

@@ -1,0 +1,95 @@
+"""Cancelling jobs: record the intent, tell whoever runs the job, and re-tell it until confirmed.
+
+Before handoff a job never reaches a peer (the store ends it at once); a local or received job's
+backend is told now; a handoff that may have reached its peer is routed there, and re-driven on
+every tick until the peer or backend confirms.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
+
+from iris_airflow_provider.backends.base import Backend
+from iris_airflow_provider.peers.base import Peer, PeerError
+from iris_airflow_provider.services.mirror import RUN_HERE
+from iris_airflow_provider.services.ports import CancelStore
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelAnswer:
+    """What a user's cancel did. ``result``: ``cancelled`` (ended now: it had not reached a peer),
+    ``cancel_requested`` (sent to whoever runs it; it ends when they confirm), ``already_finished``
+    or ``not_found``; ``job`` as it is after the cancel (None when not found)."""
+
+    job_id: str
+    result: str
+    message: str
+    job: JobRecord | None
+
+
+@dataclass(eq=False)  # a service, compared by identity
+class Cancels:
+    store: CancelStore
+    _: KW_ONLY
+    backends: Mapping[str, Backend]
+    peers: Mapping[str, Peer]
+    clock: Callable[[], int]
+
+    def cancel(self, job_id: str) -> CancelOutcome:
+        """Cancel a job: before handoff it never reaches a peer; after, the peer is told (and re-told)."""
+        outcome = self.store.request_cancel(job_id, self.clock())
+        # A queued job has no peer to tell (not even its pin): only local jobs and handoffs that
+        # may have reached a peer (``notify_peer``) are routed, as the re-drive does.
+        routed = outcome.direction in RUN_HERE or bool(outcome.notify_peer)
+        if outcome.found and not outcome.was_terminal and routed:
+            record = self.store.get_job(job_id)
+            if record is not None:
+                self.deliver(record)
+        return outcome
+
+    def cancel_with_answer(self, job_id: str) -> CancelAnswer:
+        """Cancel for a user (the Federation page, the CLI) and say what happened."""
+        outcome = self.cancel(job_id)
+        job = self.store.get_job(job_id)
+        if not outcome.found or job is None:
+            return CancelAnswer(job_id, "not_found", f"Job {job_id} not found", None)
+        if outcome.was_terminal:
+            message = f"Job {job_id} already finished ({job.state.value}); nothing to cancel"
+            return CancelAnswer(job_id, "already_finished", message, job)
+        if outcome.killed:
+            return CancelAnswer(job_id, "cancelled", job.error or "Cancelled", job)
+        if outcome.notify_peer:
+            message = f"Cancel sent to peer {outcome.notify_peer}; it ends when the peer confirms"
+            return CancelAnswer(job_id, "cancel_requested", message, job)
+        where = f"local backend {job.backend_id}" if job.backend_id else "its backend"
+        return CancelAnswer(
+            job_id, "cancel_requested", f"Cancel sent to {where}; it ends when the backend confirms", job
+        )
+
+    def deliver(self, record: JobRecord) -> bool:
+        """Tell whoever runs ``record`` to stop it; whether the cancel is now confirmed."""
+        try:
+            if record.direction in RUN_HERE:
+                backend = self.backends.get(record.backend_id)
+                found = backend.cancel(record.job_id) if backend is not None else False
+            else:
+                peer = self.peers.get(record.peer_id)
+                if peer is None:
+                    return False
+                found = peer.cancel(record.job_id)
+        except (PeerError, OSError) as error:
+            log.warning("Cancel of %s could not be delivered yet (will retry): %s", record.job_id, error)
+            return False
+        if not found:
+            self.store.mark_gone(record.job_id, record.nonce, self.clock())
+        self.store.confirm_cancel(record.job_id, record.nonce, record.cancel_intent_version, self.clock())
+        return True
+
+    def redrive(self) -> list[str]:
+        """Re-send every unconfirmed cancel; the ids of those now confirmed."""
+        return [job.job_id for job in self.store.pending_cancels() if self.deliver(job)]

@@ -1,0 +1,156 @@
+"""Keeping the store in step with whoever runs each job: status sync and output relay.
+
+Local backends and peers report states; the store mirrors them (by compare-and-set on the
+incarnation's nonce, so another incarnation's news is ignored). New output of jobs in flight is
+copied into the store for their waiting tasks; a job's last output is relayed before its end is
+mirrored, so a task that sees the end has all of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
+
+from iris_airflow_provider.backends.base import Backend, JobReport, LogChunk
+from iris_airflow_provider.core.grace import unreported_job_is_gone
+from iris_airflow_provider.core.states import Direction, HandoffState
+from iris_airflow_provider.peers.base import Peer, PeerError, SyncResult
+from iris_airflow_provider.services.fanout import each_peer
+from iris_airflow_provider.services.ports import MirrorStore
+from iris_airflow_provider.store.records import JobRecord
+
+log = logging.getLogger(__name__)
+
+RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
+LOGGED_HANDOFFS = (HandoffState.PENDING, HandoffState.HANDED_OFF)  # handoffs a peer may have output for
+LOG_LINES_PER_TICK = 500  # per job: a chatty job cannot hold up a tick
+
+LogReader = Callable[[JobRecord], LogChunk]
+
+
+@dataclass(eq=False)  # a service, compared by identity
+class Mirror:
+    store: MirrorStore
+    _: KW_ONLY
+    backends: Mapping[str, Backend]
+    peers: Mapping[str, Peer]
+    clock: Callable[[], int]
+    timeout_s: float
+
+    def sync(self, reported: list[str]) -> list[JobRecord]:
+        """Take in what peers and local backends report (appending the ids of jobs whose state changed
+        to ``reported``); returns the jobs that were in flight."""
+        in_flight = self.store.in_flight()
+        sent: dict[str, list[JobRecord]] = defaultdict(list)
+        local: list[JobRecord] = []
+        for job in in_flight:
+            if job.direction in RUN_HERE:
+                local.append(job)
+            elif job.peer_id in self.peers:
+                sent[job.peer_id].append(job)
+
+        def sync_peer(peer: Peer) -> SyncResult:
+            ids = [job.job_id for job in sent[peer.peer_id]]
+            return peer.sync(ids, self.store.sync_cursor(peer.peer_id))
+
+        results = each_peer({p: self.peers[p] for p in sent}, sync_peer, self.timeout_s)
+        for peer_id, result in results.items():
+            if isinstance(result, BaseException):
+                log.warning("Status sync with peer %s failed: %s", peer_id, result)
+                continue
+            for job in sent[peer_id]:
+                if self._apply_sync(job, result.reports.get(job.job_id), job.job_id in result.gone):
+                    reported.append(job.job_id)
+            self.store.save_sync_cursor(peer_id, result.cursor, self.clock())
+        for job in local:
+            if self._sync_local(job):
+                reported.append(job.job_id)
+        return in_flight
+
+    def _sync_local(self, job: JobRecord) -> bool:
+        backend = self.backends.get(job.backend_id)
+        if backend is None:
+            return False
+        job_report = backend.status(job.job_id)
+        if job_report is not None:
+            return self.apply_report(job, job_report)
+        now = self.clock()
+        gone = unreported_job_is_gone(
+            job.direction, ever_reported=job.reported_at_ms is not None, submitted_at_ms=job.submitted_at_ms, now_ms=now
+        )
+        return gone and self.store.mark_gone(job.job_id, job.nonce, now)
+
+    def _apply_sync(self, job: JobRecord, job_report: JobReport | None, gone: bool) -> bool:
+        if job_report is not None:
+            return self.apply_report(job, job_report)
+        # Only a handed-off job can be gone: a pending one may simply not have arrived yet.
+        if gone and job.handoff_state is HandoffState.HANDED_OFF:
+            return self.store.mark_gone(job.job_id, job.nonce, self.clock())
+        return False
+
+    def apply_report(self, job: JobRecord, job_report: JobReport) -> bool:
+        """Mirror what runs ``job`` reports about it; whether the store changed."""
+        if job_report.nonce != job.nonce:
+            return False  # another incarnation's news
+        if job_report.state.terminal and not job.terminal:
+            # Its last output first: a task waiting on the job then has all of it when it sees the end.
+            reader = self.log_reader(job)
+            if reader is not None:
+                self.relay(job, reader)
+        return self.store.mirror(
+            job.job_id,
+            nonce=job.nonce,
+            state=job_report.state,
+            now_ms=self.clock(),
+            backend_id=job_report.backend_id,
+            error=job_report.error,
+            exit_code=job_report.exit_code,
+            started_at_ms=job_report.started_at_ms,
+            finished_at_ms=job_report.finished_at_ms,
+        )
+
+    # Output ------------------------------------------------------------------------------------
+
+    def log_reader(self, job: JobRecord) -> LogReader | None:
+        """How to read the job's new output from whoever runs it (None when nobody does yet)."""
+        if job.direction in RUN_HERE and job.backend_id in self.backends:
+            backend = self.backends[job.backend_id]
+            return lambda j: backend.logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK)
+        if job.direction is Direction.SENT and job.peer_id in self.peers and job.handoff_state in LOGGED_HANDOFFS:
+            return _peer_reader(self.peers[job.peer_id])
+        return None
+
+    def relay_logs(self, jobs: list[JobRecord]) -> None:
+        """Copy new output of jobs in flight into the store, for their waiting tasks; peers in parallel."""
+        by_peer: dict[str, list[JobRecord]] = defaultdict(list)
+        for job in self.store.get_jobs(j.job_id for j in jobs).values():  # fresh cursors
+            reader = self.log_reader(job)
+            if reader is None or job.terminal:
+                continue  # a job that just finished had its last output relayed before its end
+            if job.direction is Direction.SENT:
+                by_peer[job.peer_id].append(job)
+            else:
+                self.relay(job, reader)
+
+        def relay_peer(peer: Peer) -> None:
+            for job in by_peer[peer.peer_id]:
+                self.relay(job, _peer_reader(peer))
+
+        for peer_id, result in each_peer({p: self.peers[p] for p in by_peer}, relay_peer, self.timeout_s).items():
+            if isinstance(result, BaseException):
+                log.info("Could not relay output from peer %s this tick: %s", peer_id, result)
+
+    def relay(self, job: JobRecord, read: LogReader) -> None:
+        try:
+            chunk = read(job)
+        except (PeerError, OSError, ValueError) as error:  # ValueError: a malformed answer (pydantic's too)
+            log.info("Could not relay output of %s this tick: %s", job.job_id, error)
+            return
+        if chunk.lines or chunk.next_cursor != job.log_cursor:
+            self.store.append_logs(job.job_id, job.nonce, chunk.lines, chunk.next_cursor, self.clock())
+
+
+def _peer_reader(peer: Peer) -> LogReader:
+    return lambda j: peer.logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK)

@@ -1,0 +1,56 @@
+"""Cancelling jobs whose submitting Airflow task has given up on them for good.
+
+A safety net for a task killed before its trigger ever ran: its job would otherwise wait, and
+maybe run, with nobody waiting for it. Which task states orphan a job is the core's rule
+(:mod:`iris_airflow_provider.core.orphans`); Airflow's answer comes in as ``task_states``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from iris_airflow_provider.core.orphans import orphaning_state, task_state_key
+from iris_airflow_provider.services.ports import CancelStore
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord
+
+log = logging.getLogger(__name__)
+
+# (dag_id, run_ids, task_ids) -> {run_id: {task_id or "<task_id>_<map_index>": state}}, as Airflow's
+# RuntimeTaskInstance.get_task_states answers.
+TaskStates = Callable[[str, list[str], list[str]], Mapping[str, Mapping[str, Any]]]
+
+
+def cancel_orphans(store: CancelStore, task_states: TaskStates, cancel: Callable[[str], CancelOutcome]) -> list[str]:
+    """Cancel the live jobs whose submitting task failed; the ids of the jobs cancelled."""
+    by_dag: dict[str, list[JobRecord]] = defaultdict(list)
+    for job in store.live_jobs_with_origin():
+        if job.origin is not None and not job.cancel_requested:
+            by_dag[job.origin.dag_id].append(job)
+    cancelled: list[str] = []
+    for dag_id, jobs in by_dag.items():
+        origins = [job.origin for job in jobs if job.origin is not None]
+        try:
+            states = task_states(dag_id, sorted({o.run_id for o in origins}), sorted({o.task_id for o in origins}))
+        except Exception as error:  # Airflow's API is down: the next tick asks again
+            log.warning("Could not read the states of %s's tasks: %s", dag_id, error)
+            continue
+        for job in jobs:
+            origin = job.origin
+            assert origin is not None
+            state = orphaning_state(states, origin.run_id, origin.task_id, origin.map_index)
+            if state is not None:
+                key = task_state_key(origin.task_id, origin.map_index)
+                log.warning(
+                    "Cancelling job %s: the task that submitted it (%s/%s/%s) is %s",
+                    job.job_id,
+                    dag_id,
+                    origin.run_id,
+                    key,
+                    state,
+                )
+                cancel(job.job_id)
+                cancelled.append(job.job_id)
+    return cancelled

@@ -1,0 +1,111 @@
+"""The placement step of the tick, and the one place its inputs are read from the store.
+
+:func:`placement_snapshot` assembles what the pure placement pass reads (queued jobs as candidates,
+the configured peers as last heartbeated, the ledger, the time); the tick places from it and a
+pending job's explanation (:mod:`iris_airflow_provider.services.job_views`) replays it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.object_stores import OBJECT_STORE_KEY, mismatch_message, unreadable_paths
+from iris_airflow_provider.core.placement import Candidate, Promotion
+from iris_airflow_provider.core.placement_snapshot import PlacementRules, PlacementSnapshot, place
+from iris_airflow_provider.services.ports import AbandonedStore, PeerStateReads, PlacementStore
+from iris_airflow_provider.store.records import JobRecord
+
+log = logging.getLogger(__name__)
+
+
+def configured_peer_states(store: PeerStateReads, peer_ids: Iterable[str]) -> list[PeerState]:
+    """The configured peers' states as the store last recorded them, in their order; a peer never
+    heard from is unreachable."""
+    known = {peer.peer_id: peer for peer in store.peer_states()}
+    return [known.get(peer_id) or PeerState(peer_id, False, 0) for peer_id in peer_ids]
+
+
+def queued_candidates(store: AbandonedStore, queued: Iterable[JobRecord], now_ms: int) -> list[Candidate]:
+    """Queued jobs as the placement pass sees them at ``now_ms``. A job avoids the peers it was
+    requeued from for a while, and any peer still to be told to drop what it left there: a new
+    delivery would meet that earlier incarnation still running."""
+    leftovers: dict[str, set[str]] = defaultdict(set)
+    for handoff in store.abandoned_handoffs():
+        leftovers[handoff.job_id].add(handoff.peer_id)
+    return [
+        Candidate.from_job(
+            job.job_spec, job.submitted_at_ms, {*job.avoided_peer_ids(now_ms), *leftovers.get(job.job_id, ())}
+        )
+        for job in queued
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementInputs:
+    queued: dict[str, JobRecord]  # by job id
+    snapshot: PlacementSnapshot
+
+
+def placement_snapshot(store: PlacementStore, peer_ids: Iterable[str], now_ms: int) -> PlacementInputs:
+    """Everything one placement pass reads, from the store, at ``now_ms``."""
+    queued = {job.job_id: job for job in store.queued_jobs()}
+    snapshot = PlacementSnapshot(
+        candidates=tuple(queued_candidates(store, queued.values(), now_ms)),
+        peers=tuple(configured_peer_states(store, peer_ids)),
+        ledger=tuple(store.ledger()),
+        now_ms=now_ms,
+    )
+    return PlacementInputs(queued, snapshot)
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    promoted: list[str]  # "job->peer/backend"
+    pending: int
+
+
+class Placement:
+    def __init__(
+        self,
+        store: PlacementStore,
+        *,
+        peer_ids: Iterable[str],
+        rules: PlacementRules,
+        clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.peer_ids = list(peer_ids)
+        self.rules = rules
+        self.clock = clock
+
+    def place(self) -> Placed:
+        """Run the placement pass and apply its promotions by compare-and-set (a racing cancel wins)."""
+        inputs = placement_snapshot(self.store, self.peer_ids, self.clock())
+        result = place(inputs.snapshot, self.rules)
+        confirmed = self.store.apply_promotions(result.promotions, self.clock())
+        promoted = [f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in confirmed]
+        if confirmed:
+            log.info("Federation: promoted %d queued job(s): %s", len(confirmed), ", ".join(promoted))
+        advertised = {(p.peer_id, b.backend_id): b.advertised for p in inputs.snapshot.peers for b in p.backends}
+        for promotion in confirmed:
+            self._flag_unreadable_paths(inputs.queued[promotion.job_id], promotion, advertised)
+        return Placed(promoted, len(result.pending))
+
+    def _flag_unreadable_paths(
+        self, job: JobRecord, promotion: Promotion, advertised: Mapping[tuple[str, str], Mapping[str, Any]]
+    ) -> None:
+        """Before the handoff: say so when the job names object-store paths its backend cannot read."""
+        attributes = advertised.get((promotion.peer_id, promotion.backend_id), {})
+        paths = unreadable_paths(job.job_spec, attributes)
+        if paths:
+            target = f"peer {promotion.peer_id} (backend {promotion.backend_id})"
+            message = mismatch_message(job.job_id, target, paths, attributes[OBJECT_STORE_KEY])
+            log.warning("%s", message)
+            self.store.flag(
+                job.job_id, job.nonce, "object_store_mismatch", message, self.clock(), peer_id=promotion.peer_id
+            )

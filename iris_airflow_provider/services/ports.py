@@ -1,0 +1,173 @@
+"""What the services need from the federation store, as small protocols.
+
+Each service names the part it uses, so a service test can run on a fake store;
+:class:`~iris_airflow_provider.store.store.FederationStore` provides them all (``ServiceStore``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from iris_airflow_provider.core.availability import PeerBackend, PeerState
+from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import Direction, JobState
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin, PeerRecord
+from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome
+
+
+class JobReads(Protocol):
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobRecord]: ...
+
+
+class MirrorStore(JobReads, Protocol):
+    """Taking in what backends and peers report: states, output, sync cursors."""
+
+    def in_flight(self) -> list[JobRecord]: ...
+
+    def mirror(
+        self,
+        job_id: str,
+        *,
+        nonce: str,
+        state: JobState,
+        now_ms: int,
+        backend_id: str = "",
+        error: str = "",
+        exit_code: int | None = None,
+        started_at_ms: int | None = None,
+        finished_at_ms: int | None = None,
+    ) -> bool: ...
+
+    def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool: ...
+
+    def append_logs(self, job_id: str, nonce: str, lines: Sequence[str], cursor: str, now_ms: int) -> bool: ...
+
+    def sync_cursor(self, peer_id: str) -> str: ...
+
+    def save_sync_cursor(self, peer_id: str, cursor: str, now_ms: int) -> None: ...
+
+
+class PeerStateReads(Protocol):
+    def peer_states(self) -> list[PeerState]: ...
+
+
+class HeartbeatStore(PeerStateReads, Protocol):
+    """Peers as last heard from."""
+
+    def record_heartbeat(
+        self, peer_id: str, now_ms: int, backends: Sequence[PeerBackend] | None, *, error: str = ""
+    ) -> None: ...
+
+    def forget_peers(self, keep: Iterable[str]) -> None: ...
+
+    def peers(self) -> list[PeerRecord]: ...
+
+
+class SubmitStore(JobReads, Protocol):
+    def admit(
+        self,
+        spec: JobSpec,
+        *,
+        direction: Direction,
+        now_ms: int,
+        submitting_user: str,
+        owner_principal: str = "",
+        peer_id: str = "",
+        backend_id: str = "",
+        nonce: str | None = None,
+        origin: Origin | None = None,
+    ) -> Admission: ...
+
+    def reincarnate(
+        self,
+        spec: JobSpec,
+        *,
+        direction: Direction,
+        now_ms: int,
+        submitting_user: str,
+        owner_principal: str = "",
+        peer_id: str = "",
+        backend_id: str = "",
+        origin: Origin | None = None,
+        nonce: str | None = None,
+    ) -> JobRecord | None: ...
+
+    def transition(
+        self,
+        job_id: str,
+        *,
+        to_state: JobState,
+        now_ms: int,
+        from_states: Sequence[JobState] | None = None,
+        error: str | None = None,
+        exit_code: int | None = None,
+        backend_id: str | None = None,
+        reported: bool = False,
+    ) -> bool: ...
+
+
+class CancelStore(JobReads, Protocol):
+    def request_cancel(self, job_id: str, now_ms: int) -> CancelOutcome: ...
+
+    def pending_cancels(self) -> list[JobRecord]: ...
+
+    def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool: ...
+
+    def confirm_cancel(self, job_id: str, nonce: str, version: int, now_ms: int) -> None: ...
+
+    def live_jobs_with_origin(self) -> list[JobRecord]: ...
+
+
+class AbandonedStore(Protocol):
+    """Incarnations a requeue left on peers."""
+
+    def abandoned_handoffs(self) -> list[AbandonedHandoff]: ...
+
+    def forget_abandoned(self, handoff: AbandonedHandoff, now_ms: int, *, terminated: bool) -> None: ...
+
+
+class PlacementStore(AbandonedStore, PeerStateReads, Protocol):
+    def queued_jobs(self) -> list[JobRecord]: ...
+
+    def ledger(self) -> list[LedgerEntry]: ...
+
+    def prune_ledger(self) -> int: ...
+
+    def expire_queued(self, now_ms: int) -> list[str]: ...
+
+    def apply_promotions(self, promotions: Iterable[Promotion], now_ms: int) -> list[Promotion]: ...
+
+    def flag(self, job_id: str, nonce: str, kind: str, message: str, now_ms: int, *, peer_id: str = "") -> bool: ...
+
+
+class DeliveryStore(Protocol):
+    """Handing promoted jobs to their peers, and what a failed delivery leads to."""
+
+    def pending_handoffs(self, now_ms: int) -> list[JobRecord]: ...
+
+    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int) -> bool: ...
+
+    def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool: ...
+
+    def defer_delivery(self, job_id: str, nonce: str, error: str, retry_at_ms: int, now_ms: int) -> bool: ...
+
+    def requeue_handoff(
+        self,
+        job_id: str,
+        nonce: str,
+        *,
+        peer_id: str,
+        reason: str,
+        avoid_until_ms: int,
+        max_requeues: int,
+        now_ms: int,
+    ) -> RequeueOutcome: ...
+
+
+class ServiceStore(MirrorStore, HeartbeatStore, SubmitStore, CancelStore, PlacementStore, DeliveryStore, Protocol):
+    """Everything the federation services use (the real store)."""

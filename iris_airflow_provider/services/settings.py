@@ -1,0 +1,65 @@
+"""What the services read from the cluster file: this cluster's name and region, signed identity and
+who may submit, and the placement tick's settings. The cluster file (``cluster/config.py``)
+extends :class:`ClusterSettings` with the backends and peers to build."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, field_validator
+
+from iris_airflow_provider.core.model import StrictModel
+from iris_airflow_provider.core.names import check_name
+
+
+class TrustedPeer(StrictModel):
+    public_key: str = Field(description="Ed25519 public key: PEM text, or the path of a PEM file")
+
+
+class FederationSettings(StrictModel):
+    """Signed peer identity, and who may hand jobs to this cluster."""
+
+    private_key: str = Field(
+        default="", description="Ed25519 private key signing this cluster's calls to its peers: PEM text or a path"
+    )
+    trusted_peers: dict[str, TrustedPeer] = Field(
+        default_factory=dict, description="clusters allowed to call this one's peer API, by name"
+    )
+    allowed_submitters: list[str] = Field(
+        default_factory=list, description='users whose jobs this cluster accepts: "*", "*@domain" or exact names'
+    )
+
+
+class PlacementSettings(StrictModel):
+    tick_interval_seconds: float = Field(default=30, gt=0, description="fixed period of the placement DAG")
+    sync_interval_seconds: float = Field(
+        default=10, gt=0, description="while jobs are in flight, a tick at least this often"
+    )
+    max_handoffs_per_cycle: int = Field(default=8, ge=1)
+    heartbeat_staleness_seconds: float = Field(default=120, gt=0)
+    heartbeat_timeout_seconds: float = Field(default=10, gt=0)
+    delivery_timeout_seconds: float = Field(default=180, gt=0)
+    # Requeue (beyond the reference): an unpinned job a peer cannot take goes back to the queue.
+    requeue_after_seconds: float = Field(
+        default=300, gt=0, description="how long an unpinned handoff may keep failing to deliver before it is requeued"
+    )
+    requeue_avoid_seconds: float = Field(
+        default=900, gt=0, description="how long a requeued job stays away from the peer it left"
+    )
+    max_requeues: int = Field(default=3, ge=0, description="requeues a job may spend before it fails")
+
+
+class ClusterSettings(StrictModel):
+    name: str
+    default_region: str = Field(default="", description="added to jobs that name no region (not with regions: ['*'])")
+    state_dir: Path | None = Field(default=None, description="default: $AIRFLOW_HOME/iris")
+    placement: PlacementSettings = PlacementSettings()
+    federation: FederationSettings = FederationSettings()
+
+    _check_name = field_validator("name")(check_name)
+
+    def resolved_state_dir(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "iris"

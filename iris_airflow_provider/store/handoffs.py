@@ -1,0 +1,330 @@
+"""Handoffs: a queued job's way to a peer and back. Promotion (compare-and-set, charging the
+ledger), delivery outcomes (handed off, rejected, deferred, requeued), the incarnations a requeue
+leaves behind on a peer, and what a job's runner reports (mirror, gone)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.store.common import (
+    StoreBase,
+    event,
+    insert,
+    not_terminal,
+    notice,
+    placeable,
+    set_terminal,
+    touched,
+)
+from iris_airflow_provider.store.ledger import charge_ledger
+from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
+
+
+class RequeueOutcome(StrEnum):
+    REQUEUED = "requeued"  # back in the queue, avoiding the peer for a while
+    EXHAUSTED = "exhausted"  # its requeue budget was spent: the job failed
+    STALE = "stale"  # the handoff had already moved on (delivered, cancelled, ended): nothing done
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonedHandoff:
+    peer_id: str
+    job_id: str
+    nonce: str
+    abandoned_at_ms: int
+    reason: str
+
+
+def _update_pending(
+    connection: sa.Connection, job_id: str, nonce: str, now_ms: int, **values: Any
+) -> tuple[str, int] | None:
+    """Update this incarnation while its handoff is pending (promoted, not yet admitted by the peer):
+    its (peer id, delivery attempts) after, or None when the handoff has moved on."""
+    row = connection.execute(
+        jobs.update()
+        .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, jobs.c.handoff_state == HandoffState.PENDING.value)
+        .values(**values, **touched(now_ms))
+        .returning(jobs.c.peer_id, jobs.c.delivery_attempts)
+    ).first()
+    return (row[0], row[1]) if row is not None else None
+
+
+class Handoffs(StoreBase):
+    # Promotion ---------------------------------------------------------------------------------
+
+    def apply_promotions(self, promotions: Iterable[Promotion], now_ms: int) -> list[Promotion]:
+        """Apply each promotion by compare-and-set; charge the ledger for the confirmed ones only."""
+        confirmed = []
+        with self._write() as connection:
+            for promotion in promotions:
+                if _promote(connection, promotion, now_ms):
+                    confirmed.append(promotion)
+                    charge_ledger(connection, promotion)
+        return confirmed
+
+    def promote(self, promotion: Promotion, now_ms: int) -> bool:
+        return bool(self.apply_promotions([promotion], now_ms))
+
+    # Delivery ----------------------------------------------------------------------------------
+
+    def pending_handoffs(self, now_ms: int) -> list[JobRecord]:
+        """Promoted jobs to deliver now: pending, uncancelled, not terminal, not backing off."""
+        query = sa.select(jobs).where(
+            jobs.c.direction == Direction.SENT.value,
+            jobs.c.handoff_state == HandoffState.PENDING.value,
+            jobs.c.cancel_intent_version == 0,
+            not_terminal(),
+            sa.or_(jobs.c.next_delivery_at_ms.is_(None), jobs.c.next_delivery_at_ms <= now_ms),
+        )
+        with self._read() as connection:
+            rows = connection.execute(query.order_by(jobs.c.submitted_at_ms)).mappings()
+            return [JobRecord.from_row(row) for row in rows]
+
+    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int) -> bool:
+        """The peer admitted this incarnation. Applies even if a cancel raced the delivery: the
+        re-drive then routes that cancel to the peer, which now has the job."""
+        with self._write() as connection:
+            row = _update_pending(
+                connection, job_id, nonce, now_ms, handoff_state=HandoffState.HANDED_OFF.value, last_delivery_error=""
+            )
+            if row is None:
+                return False
+            event(connection, job_id, now_ms, "handed_off", None, HandoffState.HANDED_OFF, row[0])
+        return True
+
+    def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool:
+        """The peer refused this incarnation for good: the job ends with the peer's message."""
+        with self._write() as connection:
+            rejected = {"handoff_state": HandoffState.REJECTED.value, "last_delivery_error": message}
+            row = _update_pending(connection, job_id, nonce, now_ms, **rejected)
+            if row is None:
+                return False
+            peer_id = row[0]
+            event(connection, job_id, now_ms, "rejected", None, HandoffState.REJECTED, peer_id, message)
+            error = reasons.peer_rejected(peer_id, message)
+            set_terminal(connection, job_id, now_ms, JobState.KILLED, error, HandoffState.REJECTED, peer_id)
+        return True
+
+    def defer_delivery(self, job_id: str, nonce: str, error: str, retry_at_ms: int, now_ms: int) -> bool:
+        """A delivery failed in a way a retry may fix: count it and wait until ``retry_at_ms``."""
+        with self._write() as connection:
+            attempt = {"delivery_attempts": jobs.c.delivery_attempts + 1, "next_delivery_at_ms": retry_at_ms}
+            row = _update_pending(connection, job_id, nonce, now_ms, last_delivery_error=error, **attempt)
+            if row is None:
+                return False
+            detail = f"attempt {row[1]} failed (will retry): {error}"
+            event(connection, job_id, now_ms, "delivery_failed", None, HandoffState.PENDING, row[0], detail)
+        return True
+
+    def requeue_handoff(
+        self,
+        job_id: str,
+        nonce: str,
+        *,
+        peer_id: str,
+        reason: str,
+        avoid_until_ms: int,
+        max_requeues: int,
+        now_ms: int,
+    ) -> RequeueOutcome:
+        """Send a pending handoff that ``peer_id`` could not take back to the queue, avoiding that peer
+        until ``avoid_until_ms``; once the job has been requeued ``max_requeues`` times, fail it instead.
+
+        Either way the peer is remembered as possibly holding this incarnation (an answer may have
+        been lost), so it is told to terminate it there; a requeued job goes on under a new nonce.
+        Only a handoff still pending on ``peer_id``, uncancelled and not terminal, moves (whether a
+        pinned job may move at all is the caller's decision).
+        """
+        with self._write() as connection:
+            row = (
+                connection.execute(
+                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers)
+                    .where(
+                        jobs.c.job_id == job_id,
+                        jobs.c.nonce == nonce,
+                        jobs.c.direction == Direction.SENT.value,
+                        jobs.c.handoff_state == HandoffState.PENDING.value,
+                        jobs.c.peer_id == peer_id,
+                        jobs.c.cancel_intent_version == 0,
+                        not_terminal(),
+                    )
+                    .with_for_update()
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                return RequeueOutcome.STALE
+            connection.execute(
+                insert(connection, abandoned_handoffs)
+                .values(peer_id=peer_id, job_id=job_id, nonce=nonce, abandoned_at_ms=now_ms, reason=reason)
+                .on_conflict_do_nothing()
+            )
+            locked = jobs.update().where(jobs.c.job_id == job_id)  # locked by the read above
+            if row["requeue_count"] >= max_requeues:
+                message = reasons.requeues_exhausted(row["requeue_count"], peer_id, reason)
+                connection.execute(
+                    locked.values(
+                        handoff_state=HandoffState.REJECTED.value, last_delivery_error=reason, **touched(now_ms)
+                    )
+                )
+                event(connection, job_id, now_ms, "rejected", None, HandoffState.REJECTED, peer_id, reason)
+                set_terminal(connection, job_id, now_ms, JobState.FAILED, message, HandoffState.REJECTED, peer_id)
+                return RequeueOutcome.EXHAUSTED
+            avoided = {p: until for p, until in (row["avoided_peers"] or {}).items() if until > now_ms}
+            avoided[peer_id] = max(avoid_until_ms, avoided.get(peer_id, 0))
+            # A new nonce: the peer it left may hold the old one (terminated there by that nonce), and
+            # a later delivery must never be taken there for a replay of what was terminated.
+            fresh_nonce = uuid.uuid4().hex
+            connection.execute(
+                locked.values(
+                    nonce=fresh_nonce,
+                    handoff_state=HandoffState.QUEUED.value,
+                    peer_id="",
+                    backend_id="",
+                    handoff_since_ms=None,
+                    requeue_count=jobs.c.requeue_count + 1,
+                    avoided_peers=avoided,
+                    delivery_attempts=0,
+                    next_delivery_at_ms=None,
+                    last_delivery_error=reason,
+                    **touched(now_ms),
+                )
+            )
+            detail = f"requeue {row['requeue_count'] + 1} of {max_requeues}: {reason}"
+            event(connection, job_id, now_ms, "requeued", None, HandoffState.QUEUED, peer_id, detail)
+            notice(
+                connection,
+                job_id,
+                fresh_nonce,
+                f"Back in the queue: peer {peer_id} could not take the job ({detail}); "
+                f"it avoids that peer for {max(0, avoid_until_ms - now_ms) // 1000} s",
+                now_ms,
+            )
+        return RequeueOutcome.REQUEUED
+
+    def abandoned_handoffs(self) -> list[AbandonedHandoff]:
+        """Incarnations to terminate on the peers that may hold them, oldest first."""
+        query = sa.select(abandoned_handoffs).order_by(abandoned_handoffs.c.abandoned_at_ms)
+        with self._read() as connection:
+            return [AbandonedHandoff(**row) for row in connection.execute(query).mappings()]
+
+    def forget_abandoned(self, handoff: AbandonedHandoff, now_ms: int, *, terminated: bool) -> None:
+        """The peer confirmed it no longer runs that incarnation (``terminated``: it just stopped it)."""
+        with self._write() as connection:
+            deleted = connection.execute(
+                abandoned_handoffs.delete().where(
+                    abandoned_handoffs.c.peer_id == handoff.peer_id,
+                    abandoned_handoffs.c.job_id == handoff.job_id,
+                    abandoned_handoffs.c.nonce == handoff.nonce,
+                )
+            ).rowcount
+            if deleted and terminated:
+                detail = f"terminated the incarnation left there by a requeue ({handoff.reason})"
+                event(connection, handoff.job_id, now_ms, "stray_terminated", None, None, handoff.peer_id, detail)
+
+    # What the job's runner reports -------------------------------------------------------------
+
+    def mirror(
+        self,
+        job_id: str,
+        *,
+        nonce: str,
+        state: JobState,
+        now_ms: int,
+        backend_id: str = "",
+        error: str = "",
+        exit_code: int | None = None,
+        started_at_ms: int | None = None,
+        finished_at_ms: int | None = None,
+    ) -> bool:
+        """Take what the job's runner reports (a peer, or a local backend) for this incarnation.
+
+        A report for a pending handoff also means the peer has it (handed off). Terminal jobs and
+        other incarnations are left alone. Returns whether anything changed.
+        """
+        changed = sa.or_(
+            jobs.c.state != state.value,
+            jobs.c.reported_at_ms.is_(None),
+            jobs.c.handoff_state == HandoffState.PENDING.value,
+        )
+        values: dict[str, Any] = {
+            "state": state.value,
+            "reported_at_ms": sa.func.coalesce(jobs.c.reported_at_ms, now_ms),
+            "handoff_state": sa.case(
+                (jobs.c.handoff_state == HandoffState.PENDING.value, HandoffState.HANDED_OFF.value),
+                else_=jobs.c.handoff_state,
+            ),
+            **touched(now_ms),
+        }
+        if backend_id:
+            values["backend_id"] = backend_id
+        if state.terminal:
+            values.update(error=error, exit_code=exit_code, finished_at_ms=finished_at_ms or now_ms)
+        if started_at_ms is not None:
+            values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, started_at_ms)
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, not_terminal(), changed)
+                .values(**values)
+                .returning(jobs.c.handoff_state, jobs.c.peer_id)
+            ).first()
+            if row is None:
+                return False
+            event(connection, job_id, now_ms, "reported", state, row[0], row[1], error)
+        return True
+
+    def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool:
+        """The runner no longer has this incarnation: cancelled if we asked for it, else failed."""
+        with self._write() as connection:
+            row = connection.execute(
+                sa.select(jobs.c.peer_id, jobs.c.cancel_intent_version, jobs.c.handoff_state, jobs.c.direction).where(
+                    jobs.c.job_id == job_id, jobs.c.nonce == nonce, not_terminal()
+                )
+            ).first()
+            if row is None:
+                return False
+            peer_id, intent, handoff, direction = row
+            if intent:
+                sent = direction == Direction.SENT.value
+                state, error = JobState.KILLED, reasons.CANCELLED_PEER_GONE if sent else reasons.CANCELLED
+            elif direction == Direction.SENT.value:
+                state, error = JobState.FAILED, f"Peer {peer_id} no longer has the job"
+            else:
+                state, error = JobState.FAILED, "The local backend no longer has the job"
+            return set_terminal(connection, job_id, now_ms, state, error, handoff, peer_id)
+
+
+def _promote(connection: sa.Connection, promotion: Promotion, now_ms: int) -> bool:
+    promoted = connection.execute(
+        jobs.update()
+        .where(
+            jobs.c.job_id == promotion.job_id,
+            placeable(),
+            jobs.c.peer_id.in_(["", promotion.peer_id]),  # a pinned job only ever goes to its pin
+        )
+        .values(
+            handoff_state=HandoffState.PENDING.value,
+            peer_id=promotion.peer_id,
+            backend_id=promotion.backend_id,
+            handoff_since_ms=now_ms,
+            **touched(now_ms),
+        )
+    ).rowcount
+    if promoted:
+        detail = f"backend {promotion.backend_id or '(force-routed)'}"
+        if promotion.preempts:
+            detail += ", reclaiming lower-band capacity"
+        event(connection, promotion.job_id, now_ms, "promoted", None, HandoffState.PENDING, promotion.peer_id, detail)
+    return bool(promoted)

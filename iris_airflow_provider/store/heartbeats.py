@@ -1,0 +1,109 @@
+"""Peers as their heartbeats leave them: reachability, last contact, and each backend's advertised
+attributes and availability block, read back as the core's
+:class:`~iris_airflow_provider.core.availability.PeerState`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from iris_airflow_provider.core.availability import PeerBackend, PeerState
+from iris_airflow_provider.core.constraints import normalize_advertised
+from iris_airflow_provider.core.wire import AvailabilityBlock
+from iris_airflow_provider.store.common import StoreBase, insert
+from iris_airflow_provider.store.records import BackendRecord, PeerRecord
+from iris_airflow_provider.store.schema import ledger, peer_backends, peers
+
+
+class Heartbeats(StoreBase):
+    def record_heartbeat(
+        self, peer_id: str, now_ms: int, backends: Sequence[PeerBackend] | None, *, error: str = ""
+    ) -> None:
+        """Store a peer's heartbeat: its backends replace the previous ones. ``None``: the call failed,
+        the peer becomes unreachable and its last known backends are kept."""
+        with self._write() as connection:
+            reached = backends is not None
+            values: dict[str, Any] = {"reachable": reached, "last_attempt_ms": now_ms, "last_error": error}
+            if reached:
+                values["last_contact_ms"] = now_ms
+            connection.execute(
+                insert(connection, peers)
+                .values(peer_id=peer_id, **values)
+                .on_conflict_do_update(index_elements=["peer_id"], set_=values)
+            )
+            if backends is None:
+                return
+            connection.execute(peer_backends.delete().where(peer_backends.c.peer_id == peer_id))
+            if backends:
+                connection.execute(peer_backends.insert(), [_backend_row(peer_id, b, now_ms) for b in backends])
+
+    def forget_peers(self, keep: Iterable[str]) -> None:
+        """Drop peers (and their ledger rows) that are no longer configured."""
+        keep = list(keep)
+        with self._write() as connection:
+            connection.execute(peers.delete().where(peers.c.peer_id.not_in(keep)))
+            connection.execute(ledger.delete().where(ledger.c.peer_id.not_in(keep)))
+
+    def peers(self) -> list[PeerRecord]:
+        with self._read() as connection:
+            peer_rows = connection.execute(sa.select(peers).order_by(peers.c.peer_id)).mappings().all()
+            backend_rows = (
+                connection.execute(sa.select(peer_backends).order_by(peer_backends.c.backend_id)).mappings().all()
+            )
+        by_peer: dict[str, list[BackendRecord]] = {}
+        for row in backend_rows:
+            by_peer.setdefault(row["peer_id"], []).append(
+                BackendRecord(
+                    row["backend_id"],
+                    row["kind"],
+                    row["attributes"],
+                    row["availability"],
+                    row["observation_epoch_ms"],
+                    row["received_at_ms"],
+                )
+            )
+        return [
+            PeerRecord(
+                row["peer_id"],
+                row["reachable"],
+                row["last_contact_ms"],
+                row["last_attempt_ms"],
+                row["last_error"],
+                tuple(by_peer.get(row["peer_id"], ())),
+            )
+            for row in peer_rows
+        ]
+
+    def peer_states(self) -> list[PeerState]:
+        """Peers as the core sees them: reachability, last contact, backends with availability."""
+        return [
+            PeerState(
+                record.peer_id,
+                record.reachable,
+                record.last_contact_ms or 0,
+                tuple(_peer_backend(backend) for backend in record.backends),
+            )
+            for record in self.peers()
+        ]
+
+
+def _backend_row(peer_id: str, backend: PeerBackend, now_ms: int) -> dict[str, Any]:
+    availability = backend.availability
+    return {
+        "peer_id": peer_id,
+        "backend_id": backend.backend_id,
+        "kind": backend.kind,
+        "attributes": {k: list(v) for k, v in backend.advertised.items()},
+        "availability": availability.to_wire() if availability else None,
+        "observation_epoch_ms": availability.observation_epoch_ms if backend.tracked and availability else None,
+        "received_at_ms": now_ms,
+    }
+
+
+def _peer_backend(record: BackendRecord) -> PeerBackend:
+    """A stored backend as the core sees it; its block is read back as the wire shape it was stored in."""
+    block = record.availability
+    availability = AvailabilityBlock.model_validate(block).to_core() if block is not None else None
+    return PeerBackend(record.backend_id, normalize_advertised(record.attributes), availability, record.kind)

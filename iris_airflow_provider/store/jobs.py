@@ -1,0 +1,333 @@
+"""Jobs: admission and reincarnation, reads, state transitions, expiry and cancels.
+
+Every state change is a conditional write on the expected state (and the cancel intent), in the
+transaction of its history event.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.expiry import expiries
+from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.store.common import (
+    TERMINAL_VALUES,
+    StoreBase,
+    event,
+    insert,
+    not_terminal,
+    placeable,
+    queued,
+    reported_by_runner,
+    set_terminal,
+    touched,
+)
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
+from iris_airflow_provider.store.schema import jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job: JobRecord
+    created: bool  # False: a job with this id already existed and is returned as it is
+
+
+class Jobs(StoreBase):
+    def admit(
+        self,
+        spec: JobSpec,
+        *,
+        direction: Direction,
+        now_ms: int,
+        submitting_user: str,
+        owner_principal: str = "",
+        peer_id: str = "",
+        backend_id: str = "",
+        nonce: str | None = None,
+        origin: Origin | None = None,
+    ) -> Admission:
+        """Insert a new job (``queued`` when sent); an existing job with the same id is returned untouched."""
+        values = incarnation(
+            spec, direction, now_ms, submitting_user, owner_principal, peer_id, backend_id, nonce, origin
+        )
+        with self._write() as connection:
+            # RETURNING, not rowcount: drivers disagree on rowcount for INSERT ... ON CONFLICT.
+            inserted = connection.execute(
+                insert(connection, jobs)
+                .values(job_id=spec.job_id, updated_at_ms=now_ms, **values)
+                .on_conflict_do_nothing(index_elements=["job_id"])
+                .returning(jobs.c.job_id)
+            ).first()
+            if inserted:
+                handoff = values["handoff_state"]
+                event(connection, spec.job_id, now_ms, "admitted", JobState.PENDING, handoff, peer_id, direction)
+            row = connection.execute(sa.select(jobs).where(jobs.c.job_id == spec.job_id)).mappings().one()
+        return Admission(JobRecord.from_row(row), created=inserted is not None)
+
+    def reincarnate(
+        self,
+        spec: JobSpec,
+        *,
+        direction: Direction,
+        now_ms: int,
+        submitting_user: str,
+        owner_principal: str = "",
+        peer_id: str = "",
+        backend_id: str = "",
+        origin: Origin | None = None,
+        nonce: str | None = None,
+    ) -> JobRecord | None:
+        """Run a finished job again under its id, as a new incarnation (a fresh nonce, or the one given).
+
+        Only a terminal job can be reincarnated; returns None when the job is missing or still live.
+        """
+        values = incarnation(
+            spec, direction, now_ms, submitting_user, owner_principal, peer_id, backend_id, nonce, origin
+        )
+        with self._write() as connection:
+            row = (
+                connection.execute(
+                    jobs.update()
+                    .where(jobs.c.job_id == spec.job_id, jobs.c.state.in_(TERMINAL_VALUES))
+                    .values(**values, **touched(now_ms))
+                    .returning(*jobs.c)
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                return None
+            handoff = values["handoff_state"]
+            event(connection, spec.job_id, now_ms, "resubmitted", JobState.PENDING, handoff, peer_id, direction)
+        return JobRecord.from_row(row)
+
+    # Reads -------------------------------------------------------------------------------------
+
+    def _job_records(self, query: sa.Select[Any]) -> list[JobRecord]:
+        with self._read() as connection:
+            return [JobRecord.from_row(row) for row in connection.execute(query).mappings()]
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        found = self._job_records(sa.select(jobs).where(jobs.c.job_id == job_id))
+        return found[0] if found else None
+
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobRecord]:
+        ids = list(set(job_ids))
+        if not ids:
+            return {}
+        return {job.job_id: job for job in self._job_records(sa.select(jobs).where(jobs.c.job_id.in_(ids)))}
+
+    def list_jobs(
+        self,
+        *,
+        direction: Direction | None = None,
+        states: Sequence[JobState] = (),
+        peer_id: str | None = None,
+        submitting_user: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[JobRecord]:
+        query = sa.select(jobs).order_by(jobs.c.submitted_at_ms.desc(), jobs.c.job_id).limit(limit).offset(offset)
+        if direction is not None:
+            query = query.where(jobs.c.direction == direction.value)
+        if states:
+            query = query.where(jobs.c.state.in_([s.value for s in states]))
+        if peer_id is not None:
+            query = query.where(jobs.c.peer_id == peer_id)
+        if submitting_user is not None:
+            query = query.where(jobs.c.submitting_user == submitting_user)
+        return self._job_records(query)
+
+    def queued_jobs(self) -> list[JobRecord]:
+        """Sent jobs still waiting for placement: queued, uncancelled, not terminal."""
+        return self._job_records(sa.select(jobs).where(placeable()))
+
+    def live_jobs_with_origin(self) -> list[JobRecord]:
+        """Jobs still live that an Airflow task submitted (for the tick's orphan check)."""
+        return self._job_records(sa.select(jobs).where(not_terminal(), jobs.c.origin_dag_id.is_not(None)))
+
+    def in_flight(self) -> list[JobRecord]:
+        """Non-terminal jobs someone else runs for us: handed-off (and pending) handoffs, and local jobs."""
+        return self._job_records(sa.select(jobs).where(not_terminal(), reported_by_runner()))
+
+    # Transitions -------------------------------------------------------------------------------
+
+    def expire_queued(self, now_ms: int) -> list[str]:
+        """Queued jobs past their deadline (:func:`~iris_airflow_provider.core.expiry.expiries`) become
+        unschedulable; they can never be promoted after. Returns their ids, sorted."""
+        candidates = sa.select(jobs.c.job_id, jobs.c.scheduling_deadline_ms).where(
+            queued(), jobs.c.scheduling_deadline_ms.is_not(None)
+        )
+        with self._read() as connection:
+            due = expiries(((row[0], row[1]) for row in connection.execute(candidates)), now_ms)
+        if not due:
+            return []  # the common case, on every tick: no write lock taken
+        expired = []
+        with self._write() as connection:
+            for expiry in due:
+                row = connection.execute(
+                    jobs.update()
+                    .where(
+                        jobs.c.job_id == expiry.job_id,
+                        queued(),
+                        jobs.c.scheduling_deadline_ms == expiry.scheduling_deadline_ms,  # the same incarnation
+                    )
+                    .values(
+                        state=JobState.UNSCHEDULABLE.value, error=expiry.error, finished_at_ms=now_ms, **touched(now_ms)
+                    )
+                    .returning(jobs.c.peer_id)
+                ).first()
+                if row is not None:
+                    event(
+                        connection,
+                        expiry.job_id,
+                        now_ms,
+                        "expired",
+                        JobState.UNSCHEDULABLE,
+                        HandoffState.QUEUED,
+                        row[0],
+                    )
+                    expired.append(expiry.job_id)
+        return expired
+
+    def transition(
+        self,
+        job_id: str,
+        *,
+        to_state: JobState,
+        now_ms: int,
+        from_states: Sequence[JobState] | None = None,
+        error: str | None = None,
+        exit_code: int | None = None,
+        backend_id: str | None = None,
+        reported: bool = False,
+    ) -> bool:
+        """Move a job to ``to_state`` if it is in one of ``from_states`` (default: any non-terminal state)."""
+        values: dict[str, Any] = {"state": to_state.value, **touched(now_ms)}
+        if error is not None:
+            values["error"] = error
+        if exit_code is not None:
+            values["exit_code"] = exit_code
+        if backend_id is not None:
+            values["backend_id"] = backend_id
+        if to_state is JobState.RUNNING:
+            values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, now_ms)
+        if to_state.terminal:
+            values["finished_at_ms"] = now_ms
+        if reported:
+            values["reported_at_ms"] = sa.func.coalesce(jobs.c.reported_at_ms, now_ms)
+        allowed = jobs.c.state.in_([s.value for s in from_states]) if from_states is not None else not_terminal()
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, allowed)
+                .values(**values)
+                .returning(jobs.c.handoff_state, jobs.c.peer_id)
+            ).first()
+            if row is None:
+                return False
+            event(connection, job_id, now_ms, "state", to_state, row[0], row[1], error or "")
+        return True
+
+    # Cancels -----------------------------------------------------------------------------------
+
+    def request_cancel(self, job_id: str, now_ms: int) -> CancelOutcome:
+        """Record the intent to cancel. A queued or pending handoff ends now as ``Cancelled before handoff``.
+
+        The intent bump and the kill are one transaction, so a promotion can never slip between them;
+        once the intent is set, the promotion compare-and-set can no longer match.
+        """
+        with self._write() as connection:
+            return request_cancel(connection, job_id, now_ms)
+
+    def pending_cancels(self) -> list[JobRecord]:
+        """Cancels not yet confirmed by whoever runs the job (a peer, or a local backend)."""
+        query = sa.select(jobs).where(
+            jobs.c.cancel_intent_version > jobs.c.cancel_delivered_version, reported_by_runner()
+        )
+        return self._job_records(query)
+
+    def confirm_cancel(self, job_id: str, nonce: str, version: int, now_ms: int) -> None:
+        with self._write() as connection:
+            connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, jobs.c.cancel_delivered_version < version)
+                .values(cancel_delivered_version=version, **touched(now_ms))
+            )
+
+
+def request_cancel(connection: sa.Connection, job_id: str, now_ms: int) -> CancelOutcome:
+    """``FederationStore.request_cancel`` on an open write transaction (also run from async code)."""
+    bumped = connection.execute(
+        jobs.update()
+        .where(jobs.c.job_id == job_id, not_terminal())
+        .values(cancel_intent_version=jobs.c.cancel_intent_version + 1, **touched(now_ms))
+        .returning(jobs.c.direction, jobs.c.handoff_state, jobs.c.peer_id)
+    ).first()
+    if bumped is None:
+        exists = connection.execute(sa.select(jobs.c.job_id).where(jobs.c.job_id == job_id)).first()
+        return CancelOutcome(found=exists is not None, was_terminal=exists is not None)
+    direction, handoff, peer_id = Direction(bumped[0]), bumped[1], bumped[2]
+    event(connection, job_id, now_ms, "cancel_requested", None, handoff, peer_id)
+    killed = False
+    if direction is Direction.SENT and handoff in (HandoffState.QUEUED, HandoffState.PENDING):
+        killed = set_terminal(
+            connection, job_id, now_ms, JobState.KILLED, reasons.CANCELLED_BEFORE_HANDOFF, handoff, peer_id
+        )
+    # A pending handoff may have been delivered already: tell its peer too (best effort, re-driven).
+    notify = peer_id if direction is Direction.SENT and handoff != HandoffState.QUEUED else ""
+    return CancelOutcome(found=True, killed=killed, direction=direction, notify_peer=notify)
+
+
+def incarnation(
+    spec: JobSpec,
+    direction: Direction,
+    now_ms: int,
+    submitting_user: str,
+    owner_principal: str,
+    peer_id: str,
+    backend_id: str,
+    nonce: str | None,
+    origin: Origin | None,
+) -> dict[str, Any]:
+    """Every column a new incarnation of a job starts from (a first admission, or a rerun)."""
+    return {
+        "direction": direction.value,
+        "handoff_state": HandoffState.QUEUED.value if direction is Direction.SENT else None,
+        "state": JobState.PENDING.value,
+        "peer_id": peer_id,
+        "backend_id": backend_id,
+        "owner_principal": owner_principal,
+        "submitting_user": submitting_user,
+        "nonce": nonce or uuid.uuid4().hex,
+        "cancel_intent_version": 0,
+        "cancel_delivered_version": 0,
+        "priority_band": spec.priority_band.wire_name,
+        "submitted_at_ms": now_ms,
+        "scheduling_deadline_ms": spec.scheduling_deadline_ms,
+        "spec": spec.model_dump(mode="json"),
+        "error": "",
+        "exit_code": None,
+        "started_at_ms": None,
+        "finished_at_ms": None,
+        "reported_at_ms": None,
+        "delivery_attempts": 0,
+        "next_delivery_at_ms": None,
+        "last_delivery_error": "",
+        "handoff_since_ms": None,
+        "requeue_count": 0,
+        "avoided_peers": {},
+        "log_cursor": "",
+        "last_log_seq": 0,
+        "origin_dag_id": origin.dag_id if origin else None,
+        "origin_run_id": origin.run_id if origin else None,
+        "origin_task_id": origin.task_id if origin else None,
+        "origin_map_index": origin.map_index if origin else None,
+    }

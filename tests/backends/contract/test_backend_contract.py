@@ -1,0 +1,387 @@
+"""The contract every backend keeps, run against each: the ``process`` backend always, the
+``kubernetes`` backend against the fake API server always and a real cluster when configured.
+
+Scenarios: the heartbeat in the seed's shape, counting running work per band (on Kubernetes also
+from a mix of gated, admitted, finished and unknown-class pods); delivering twice with one nonce
+creates one incarnation; a job running to success and to failure with its exit code mirrored;
+cancel stops it; refusals name the reason; a backend full of batch work still takes an interactive
+job when bands allow. Where backends legitimately differ, the scenario says why.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client
+
+from iris_airflow_provider.backends.base import (
+    AlreadyExistsError,
+    Backend,
+    InsufficientCapacityError,
+    JobReport,
+    Submission,
+    SubmissionRefusedError,
+)
+from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, job_key
+from iris_airflow_provider.backends.kubernetes.capacity import UNATTRIBUTED_BAND, KubernetesAvailability
+from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.placement import Candidate, plan
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.peers.agentless import AgentlessPeer
+from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
+from tests.backends.contract.conftest import Target
+
+T = TypeVar("T")
+TIMEOUT = 60.0
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def wait_state(backend: Backend, job_id: str, *states: JobState, timeout: float = TIMEOUT) -> JobReport:
+    last: list[JobReport | None] = [None]
+
+    def reached() -> JobReport | None:
+        report = last[0] = backend.status(job_id)
+        return report if report is not None and report.state in states else None
+
+    try:
+        return wait_for(reached, f"{job_id} to be {' or '.join(s.value for s in states)}", timeout)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; last report: {last[0]}") from None
+
+
+def job(
+    target: Target, command: str, *, gpus: int = 1, replicas: int = 1, band: str = "interactive", **extra: Any
+) -> JobSpec:
+    resources = {"device": {"type": "gpu", "variant": target.variant, "count": gpus}, "replicas": replicas}
+    return parse_job(
+        {
+            "job_id": f"/alice/contract-{uuid.uuid4().hex[:8]}",
+            "command": command,
+            "resources": resources,
+            "priority_band": band,
+            **extra,
+        }
+    )
+
+
+def submission(spec: JobSpec, nonce: str = "") -> Submission:
+    return Submission(spec.job_id, nonce or uuid.uuid4().hex, spec, "marin", int(time.time() * 1000))
+
+
+@pytest.fixture
+def backend(target: Target) -> Iterator[Any]:
+    backend = target.backend()
+    created: list[str] = []
+    original = backend.submit
+
+    def tracking(sub: Submission) -> Any:
+        created.append(sub.job_id)
+        return original(sub)
+
+    backend.submit = tracking  # type: ignore[method-assign]
+    yield backend
+    for job_id in created:  # leave the cluster as we found it
+        backend.cancel(job_id)
+
+
+def core(target: Target) -> client.CoreV1Api:
+    return client.CoreV1Api(target.admin)
+
+
+def test_the_heartbeat_reports_the_seeds_shape_and_what_running_work_holds_per_band(target, backend):
+    described = backend.describe()
+    assert described.backend_id == "default" and described.kind == ("kubernetes" if target.kubernetes else "process")
+    assert target.variant in described.advertised["device-variant"] and described.advertised["region"] == ("test",)
+    before = described.availability
+    assert before is not None and target.variant in before.total_amounts
+    if target.kubernetes and Band.BATCH not in target.priority_classes:
+        pytest.skip("counting per band needs the batch band's PriorityClass: set IRIS_K8S_PRIORITY_CLASSES")
+    spec = job(target, "echo held; sleep 300", gpus=2, band="batch")
+    backend.submit(submission(spec))
+    wait_state(backend, spec.job_id, JobState.RUNNING)
+    variant = target.variant
+
+    def counted() -> Any:
+        now = backend.describe().availability
+        grew = now.held_by_band.get(Band.BATCH, {}).get(variant, 0) - before.held_by_band.get(Band.BATCH, {}).get(
+            variant, 0
+        )
+        return now if grew == 2 else None
+
+    after = wait_for(counted, "the running job to be counted in its band")
+    assert after.observation_epoch_ms >= before.observation_epoch_ms
+    total, held = after.total_amounts[variant], sum(a.get(variant, 0) for a in after.held_by_band.values())
+    unattributed = after.unattributed.get(variant, 0) if isinstance(after, KubernetesAvailability) else 0
+    assert after.amounts[variant] == max(0, total - held - unattributed)
+    if target.exclusive:  # nothing else runs there: exact numbers
+        assert after.amounts[variant] == before.amounts[variant] - 2
+    assert backend.cancel(spec.job_id)
+    held_before = before.held_by_band.get(Band.BATCH, {}).get(variant, 0)
+    wait_for(  # the next scenario counts from a quiet backend
+        lambda: backend.describe().availability.held_by_band.get(Band.BATCH, {}).get(variant, 0) == held_before,
+        "the cancelled job's GPUs to be released",
+    )
+
+
+def test_the_heartbeat_counts_admitted_pods_per_band_and_ignores_gated_and_finished_ones(target, backend):
+    if not target.kubernetes:
+        pytest.skip(
+            "pods made outside the backend exist only on Kubernetes: the process backend runs nothing it did not "
+            "start (its per-band count is the scenario above and tests/backends/test_process_backend.py)"
+        )
+    before = backend.describe().availability
+    assert isinstance(before, KubernetesAvailability)
+    api = core(target)
+    names = {
+        "gated": _pod(target, 2, "sleep 300", priority_class=target.priority_classes.get(Band.BATCH), gated=True),
+        "admitted": _pod(target, 2, "sleep 300", priority_class=target.priority_classes.get(Band.BATCH)),
+        "finished": _pod(target, 1, "true", priority_class=target.priority_classes.get(Band.BATCH)),
+        "no-class": _pod(target, 1, "sleep 300", priority_class=None),
+    }
+    try:
+        wait_for(
+            lambda: api.read_namespaced_pod(names["finished"], target.namespace).status.phase == "Succeeded",
+            "the finished pod to succeed",
+        )
+        variant = target.variant
+
+        def settled() -> KubernetesAvailability | None:
+            now = backend.describe().availability
+            assert isinstance(now, KubernetesAvailability)
+            batch = now.held_by_band.get(Band.BATCH, {}).get(variant, 0)
+            grew = batch - before.held_by_band.get(Band.BATCH, {}).get(variant, 0)
+            unattributed = now.unattributed.get(variant, 0) - before.unattributed.get(variant, 0)
+            return now if (grew, unattributed) == (2, 1) else None
+
+        after = wait_for(settled, "the admitted pods to be counted")
+        assert after.observation_epoch_ms >= before.observation_epoch_ms
+        total, held = after.total_amounts[variant], sum(a.get(variant, 0) for a in after.held_by_band.values())
+        assert after.amounts[variant] == max(0, total - held - after.unattributed.get(variant, 0))
+        assert {"band": UNATTRIBUTED_BAND, "amounts": {variant: after.unattributed[variant]}} in after.to_wire()[
+            "held_by_band"
+        ]
+        if target.kind == "fake":  # the fake's cluster is ours alone: exact numbers
+            assert (after.total_amounts, after.amounts) == ({"h100": 8}, {"h100": 5})
+            assert backend.capacity().left_out_nodes == {
+                "h100-cordoned": "unschedulable (cordoned)",
+                "h100-maintenance": "taint maintenance=true:NoExecute not tolerated",
+            }
+            described = backend.describe()
+            assert described.advertised["device-variant"] == ("h100",) and described.kind == "kubernetes"
+            assert described.advertised["region"] == ("test",)
+    finally:
+        for name in names.values():
+            api.delete_namespaced_pod(name, target.namespace, grace_period_seconds=0)
+
+
+def test_delivering_twice_with_one_nonce_creates_one_job(target, backend):
+    peer = AgentlessPeer("cw-k8s", [backend])
+    spec = job(target, "sleep 300")
+    handoff = Handoff(spec.job_id, uuid.uuid4().hex, spec, "default", "marin", "alice", "alice", 1_000)
+    first = peer.deliver(handoff)
+    second = peer.deliver(handoff)
+    assert first.nonce == second.nonce == handoff.nonce
+    assert first.state in (JobState.PENDING, JobState.ACCEPTED, JobState.RUNNING)
+    replay = backend.submit(submission(spec, handoff.nonce))
+    assert replay.replay
+    assert target.incarnations(spec.job_id) == [target.object_name(spec.job_id)]
+    # Another incarnation while this one lives: refused for good, as the seed's ALREADY_EXISTS.
+    with pytest.raises(PeerError) as refused:
+        peer.deliver(Handoff(spec.job_id, uuid.uuid4().hex, spec, "default", "marin", "alice", "alice", 2_000))
+    assert refused.value.code is PeerErrorCode.ALREADY_EXISTS and refused.value.terminal
+    with pytest.raises(AlreadyExistsError, match="still running here as another incarnation"):
+        backend.submit(submission(spec))
+
+
+def test_a_job_runs_to_success_with_its_files_env_and_logs(target, backend):
+    spec = job(
+        target,
+        'cat data/greeting.txt; echo "replica $IRIS_REPLICA_INDEX of $IRIS_NUM_REPLICAS on $IRIS_DEVICE_VARIANT $TEAM"'
+        "; echo out > written.txt",
+        replicas=2,
+        files={"data/greeting.txt": "hello from the workdir\n"},
+        env={"TEAM": "ml"},
+    )
+    outcome = backend.submit(submission(spec))
+    assert not outcome.replay and outcome.report.job_id == spec.job_id
+    report = wait_state(backend, spec.job_id, JobState.SUCCEEDED)
+    assert (report.exit_code, report.error, report.backend_id) == (0, "", "default")
+    assert [(r.index, r.state, r.exit_code) for r in report.replicas] == [
+        (0, JobState.SUCCEEDED, 0),
+        (1, JobState.SUCCEEDED, 0),
+    ]
+    assert report.started_at_ms is not None and report.finished_at_ms >= report.started_at_ms
+    chunk = backend.logs(spec.job_id)
+    assert chunk.lines == (
+        "[replica 0] hello from the workdir",
+        f"[replica 0] replica 0 of 2 on {target.variant} ml",
+        "[replica 1] hello from the workdir",
+        f"[replica 1] replica 1 of 2 on {target.variant} ml",
+    )
+    assert backend.logs(spec.job_id, chunk.next_cursor).lines == ()
+    limited = backend.logs(spec.job_id, max_lines=3)
+    assert limited.truncated and len(limited.lines) == 3
+    assert backend.logs(spec.job_id, limited.next_cursor).lines == chunk.lines[3:]
+    # A finished job is replaced by the next incarnation.
+    rerun = backend.submit(submission(spec))
+    assert not rerun.replay and rerun.report.nonce != report.nonce
+    assert wait_state(backend, spec.job_id, JobState.SUCCEEDED).nonce == rerun.report.nonce
+
+
+def test_a_failing_job_is_mirrored_with_its_exit_code(target, backend):
+    spec = job(target, "echo bad input; exit 7")
+    backend.submit(submission(spec))
+    report = wait_state(backend, spec.job_id, JobState.FAILED)
+    assert report.exit_code == 7
+    assert [(r.index, r.state, r.exit_code) for r in report.replicas] == [(0, JobState.FAILED, 7)]
+    if target.kubernetes:  # Kubernetes adds the Job's own failure condition after the replica's
+        assert report.error.startswith("Replica 0 exited with code 7; Job failed: BackoffLimitExceeded")
+    else:
+        assert report.error == "Replica 0 exited with code 7"
+    assert backend.logs(spec.job_id).lines == ("[replica 0] bad input",)
+
+
+def test_cancel_stops_the_job(target, backend):
+    spec = job(target, "echo started; sleep 300")
+    backend.submit(submission(spec))
+    wait_state(backend, spec.job_id, JobState.RUNNING)
+    if not target.kubernetes:
+        wait_for(lambda: backend.logs(spec.job_id).lines, "the job's first line")
+    assert backend.cancel(spec.job_id) is True
+    assert backend.cancel("/alice/never-submitted") is False
+    if not target.kubernetes:
+        # The process backend keeps a cancelled job's record (its state, error and output stay
+        # readable, as a finished Kubernetes Job's do); cancelling it again is a no-op on a known job.
+        report = wait_state(backend, spec.job_id, JobState.KILLED)
+        assert report.error == "Cancelled"
+        assert backend.logs(spec.job_id).lines == ("[replica 0] started",)
+        assert backend.cancel(spec.job_id) is True
+        assert backend.live_job_ids() == []
+        return
+    # Kubernetes deletes a running Job (foreground): the Job and its pods go, and the backend forgets it.
+    wait_for(lambda: backend.status(spec.job_id) is None, "the Job to be deleted")
+    pods = core(target).list_namespaced_pod(target.namespace, label_selector=f"{JOB_KEY_LABEL}={job_key(spec.job_id)}")
+    assert pods.items == []
+    assert backend.cancel(spec.job_id) is False
+
+
+def test_jobs_the_cluster_can_never_run_are_refused_with_the_reason(target, backend):
+    # The reasons are each backend's own words: a cluster of nodes, or one machine's slots.
+    wrong_variant = "has no a100 GPUs; it has" if target.kubernetes else r"cannot ever host 1 x 1 a100: it has"
+    too_many = "no node has more than" if target.kubernetes else r"cannot ever host 1 x 4096 h100"
+    a100, huge = _spec(target, "a100", 1), _spec(target, target.variant, 4096)
+    with pytest.raises(SubmissionRefusedError, match=wrong_variant) as refused:
+        backend.submit(submission(a100))
+    assert not isinstance(refused.value, InsufficientCapacityError)  # a wrong shape: no cluster size helps
+    with pytest.raises(InsufficientCapacityError, match=too_many):  # too small: a larger cluster may take it
+        backend.submit(submission(huge))
+    assert backend.status(a100.job_id) is None and backend.status(huge.job_id) is None  # nothing was made
+    if not target.kubernetes:
+        return  # workdir files go to the process backend's disk: only Kubernetes objects are bounded (1 MiB)
+    too_big = {"blob.bin": "x" * 1_000_001}
+    with pytest.raises(SubmissionRefusedError, match="bytes of workdir files; backend default passes at most 1000000"):
+        backend.submit(submission(job(target, "true", files=too_big)))
+
+
+def test_a_peer_full_of_batch_work_still_takes_an_interactive_job(target, backend):
+    if not target.exclusive:
+        pytest.skip("fills the variant's GPUs: set IRIS_K8S_EXCLUSIVE=1 on a cluster this test may fill")
+    size, count = target.gpu_shape(backend)
+    batch = [job(target, "echo batch; sleep 300", gpus=size, band="batch") for _ in range(count)]
+    for spec in batch:
+        backend.submit(submission(spec))
+    for spec in batch:
+        wait_state(backend, spec.job_id, JobState.RUNNING)
+    peer = AgentlessPeer("cw-k8s", [backend])
+    heartbeat = peer.heartbeat()
+    availability = heartbeat[0].availability
+    assert availability is not None and availability.amounts[target.variant] == 0
+    assert availability.held_by_band[Band.BATCH][target.variant] == size * count
+
+    interactive = job(target, "echo interactive ran; sleep 2", gpus=size, band="interactive")
+    now = int(time.time() * 1000)
+    placed = plan(
+        [Candidate.from_job(interactive, now)], [PeerState("cw-k8s", True, now, tuple(heartbeat))], now_ms=now
+    )
+    [promotion] = placed.promotions
+    assert (promotion.peer_id, promotion.backend_id, promotion.preempts) == ("cw-k8s", "default", True)
+    # A batch job does not get to reclaim batch work: it waits.
+    more_batch = job(target, "true", gpus=size, band="batch")
+    assert (
+        plan(
+            [Candidate.from_job(more_batch, now)], [PeerState("cw-k8s", True, now, tuple(heartbeat))], now_ms=now
+        ).promotions
+        == ()
+    )
+
+    report = peer.deliver(
+        Handoff(interactive.job_id, uuid.uuid4().hex, interactive, "default", "marin", "alice", "alice", now)
+    )
+    assert report.state in (JobState.PENDING, JobState.ACCEPTED)
+    if target.kind == "cluster" and not target.queue_name:
+        pytest.skip("the rest needs Kueue to preempt batch work: give the real cluster's local queue name")
+    # Kueue (or the process backend's own band eviction) preempts batch work for it: a batch job goes
+    # back to the queue while the interactive one runs.
+    seen: set[JobState] = set()
+
+    def interactive_done() -> JobReport | None:
+        seen.update(backend.status(spec.job_id).state for spec in batch)
+        done = backend.status(interactive.job_id)
+        return done if done is not None and done.state.terminal else None
+
+    finished = wait_for(interactive_done, "the interactive job to run")
+    assert (finished.state, finished.exit_code) == (JobState.SUCCEEDED, 0)
+    assert JobState.PENDING in seen
+    assert backend.logs(interactive.job_id).lines == ("[replica 0] interactive ran",)
+
+
+def _spec(target: Target, variant: str, gpus: int) -> JobSpec:
+    return parse_job(
+        {
+            "job_id": f"/alice/contract-{uuid.uuid4().hex[:8]}",
+            "command": "true",
+            "resources": {"device": {"type": "gpu", "variant": variant, "count": gpus}},
+        }
+    )
+
+
+def _pod(target: Target, gpus: int, command: str, *, priority_class: str | None, gated: bool = False) -> str:
+    name = f"contract-{uuid.uuid4().hex[:8]}"
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": target.image,
+                "command": ["sh", "-c", command],
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+    }
+    if target.node_selector():
+        spec["nodeSelector"] = target.node_selector()
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if gated:
+        spec["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    core(target).create_namespaced_pod(
+        target.namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    )
+    return name

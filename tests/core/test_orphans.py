@@ -1,0 +1,25 @@
+"""When a submitting task's Airflow state orphans its job."""
+
+from __future__ import annotations
+
+import pytest
+
+from iris_airflow_provider.core.orphans import ORPHANING_TASK_STATES, orphaning_state, task_state_key
+
+
+def test_mapped_task_instances_are_keyed_with_their_index() -> None:
+    assert task_state_key("run", -1) == "run"
+    assert task_state_key("run", 3) == "run_3"
+
+
+@pytest.mark.parametrize("state", sorted(ORPHANING_TASK_STATES))
+def test_a_failed_task_orphans_its_job(state: str) -> None:
+    assert orphaning_state({"r1": {"run": state}}, "r1", "run", -1) == state
+    assert orphaning_state({"r1": {"run_2": state}}, "r1", "run", 2) == state
+
+
+@pytest.mark.parametrize("state", ["running", "deferred", "up_for_retry", "success", None])
+def test_a_live_retrying_cleared_or_unknown_task_does_not(state: str | None) -> None:
+    assert orphaning_state({"r1": {"run": state}}, "r1", "run", -1) is None
+    assert orphaning_state({}, "r1", "run", -1) is None
+    assert orphaning_state({"r1": {"run": "failed"}}, "r1", "run", 0) is None  # another map index's state
