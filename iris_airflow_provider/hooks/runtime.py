@@ -8,6 +8,7 @@ Read from the ``[iris_federation]`` configuration section (``AIRFLOW__IRIS_FEDER
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from airflow.providers.common.compat.sdk import conf
 
@@ -17,6 +18,7 @@ from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.services.receiver import Receiver
+from iris_airflow_provider.store.records import JobRecord
 
 SECTION = "iris_federation"
 DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
@@ -72,14 +74,13 @@ def get_verifier() -> TokenVerifier:
         return verifier
 
 
-def get_receiver(conn_id: str | None = None) -> Receiver:
-    """The peer side, for the peer API in the api-server: handoffs become runs of the runner DAG."""
-    from iris_airflow_provider.operators.runner_runs import start_runner_run
-
+def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = None) -> Receiver:
+    """The peer side, for the peer API in the api-server; ``start_run`` makes each accepted
+    handoff visible in Airflow (the plugin passes the runner DAG's)."""
     federation = get_federation(conn_id)
     key = (cluster_config_path(), conn_id or default_conn_id())
     with _lock:
         receiver = _receivers.get(key)
         if receiver is None:
-            receiver = _receivers[key] = Receiver(federation, start_run=start_runner_run)
+            receiver = _receivers[key] = Receiver(federation, start_run=start_run)
         return receiver

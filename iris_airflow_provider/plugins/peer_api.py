@@ -38,8 +38,9 @@ app = FastAPI(
 
 def receiver() -> Receiver:
     from iris_airflow_provider.hooks.runtime import get_receiver
+    from iris_airflow_provider.operators.runner_runs import start_runner_run
 
-    return get_receiver()
+    return get_receiver(start_runner_run)
 
 
 def caller(authorization: Annotated[str | None, Header()] = None) -> str:

@@ -62,7 +62,7 @@ def serve() -> Iterator[object]:
 def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
     receiving = Peer(tmp_path, sqlite_store)
     verifier = TokenVerifier({"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
-    monkeypatch.setattr(runtime, "get_receiver", lambda: receiving.receiver)
+    monkeypatch.setattr(runtime, "get_receiver", lambda start_run: receiving.receiver)
     monkeypatch.setattr(runtime, "get_verifier", lambda: verifier)
     yield receiving
     stop_all_jobs(receiving)
