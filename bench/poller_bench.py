@@ -34,6 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from iris_airflow_provider.store.records import NewIncarnation
+
 if __package__ in (None, ""):  # run as ``python bench/poller_bench.py``: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -121,7 +123,9 @@ def create_store(url: str, workload: Workload) -> float:
             spec = parse_job(
                 {"job_id": job_id, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}}}
             )
-            store.admit(spec, direction=Direction.SENT, now_ms=admitted_ms, submitting_user="bench@example.com")
+            store.admit(
+                NewIncarnation(spec, direction=Direction.SENT, submitting_user="bench@example.com"), now_ms=admitted_ms
+            )
     finally:
         store.dispose()
     return time.perf_counter() - started

@@ -31,7 +31,7 @@ from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import SECTION, default_conn_id, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
 from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
-from iris_airflow_provider.services.federation import IdentityError
+from iris_airflow_provider.services.submit import IdentityError
 from iris_airflow_provider.store.async_store import JobSnapshot
 from iris_airflow_provider.store.records import JobRecord, Origin, pending_reason_history
 from iris_airflow_provider.triggers.federation import (

@@ -13,14 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
-from iris_airflow_provider.core.grace import (
-    ABANDONED_UNCONFIGURED_TTL_MS,
-    LOCAL_START_GRACE_MS,
-    STALE_PROBE_COOLDOWN_MS,
-)
-from iris_airflow_provider.core.handoff_policy import DELIVERY_BACKOFF_BASE_MS, DELIVERY_BACKOFF_MAX_MS, RequeueRules
+from iris_airflow_provider.core.handoff_policy import RequeueRules
 from iris_airflow_provider.core.model import JobSpec
-from iris_airflow_provider.core.orphans import ORPHANING_TASK_STATES
 from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
@@ -33,26 +27,10 @@ from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates
 from iris_airflow_provider.services.placement import Placement, queued_candidates
 from iris_airflow_provider.services.settings import ClusterSettings
-from iris_airflow_provider.services.submit import LOCAL_ADMIN, IdentityError, Submitted, Submitter
+from iris_airflow_provider.services.submit import Submitted, Submitter
 from iris_airflow_provider.services.tick import Tick, TickReport
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
 from iris_airflow_provider.store.store import FederationStore
-
-__all__ = [
-    "ABANDONED_UNCONFIGURED_TTL_MS",
-    "DELIVERY_BACKOFF_BASE_MS",
-    "DELIVERY_BACKOFF_MAX_MS",
-    "LOCAL_ADMIN",
-    "LOCAL_START_GRACE_MS",
-    "ORPHANING_TASK_STATES",
-    "STALE_PROBE_COOLDOWN_MS",
-    "Federation",
-    "IdentityError",
-    "Submitted",
-    "TaskStates",
-    "TickReport",
-    "now_ms",
-]
 
 
 class Federation:

@@ -11,10 +11,9 @@ from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
 from iris_airflow_provider.core.ledger import LedgerEntry
-from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.placement import Promotion
-from iris_airflow_provider.core.states import Direction, JobState
-from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin, PeerRecord
+from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord, NewIncarnation, PeerRecord
 from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome
 
 
@@ -69,33 +68,9 @@ class HeartbeatStore(PeerStateReads, Protocol):
 
 
 class SubmitStore(JobReads, Protocol):
-    def admit(
-        self,
-        spec: JobSpec,
-        *,
-        direction: Direction,
-        now_ms: int,
-        submitting_user: str,
-        owner_principal: str = "",
-        peer_id: str = "",
-        backend_id: str = "",
-        nonce: str | None = None,
-        origin: Origin | None = None,
-    ) -> Admission: ...
+    def admit(self, new: NewIncarnation, now_ms: int) -> Admission: ...
 
-    def reincarnate(
-        self,
-        spec: JobSpec,
-        *,
-        direction: Direction,
-        now_ms: int,
-        submitting_user: str,
-        owner_principal: str = "",
-        peer_id: str = "",
-        backend_id: str = "",
-        origin: Origin | None = None,
-        nonce: str | None = None,
-    ) -> JobRecord | None: ...
+    def reincarnate(self, new: NewIncarnation, now_ms: int) -> JobRecord | None: ...
 
     def transition(
         self,

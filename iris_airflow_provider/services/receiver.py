@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -32,9 +31,11 @@ from iris_airflow_provider.peers.wire import (
     LogsResponse,
     SyncResponse,
 )
-from iris_airflow_provider.services.federation import LOCAL_ADMIN, Federation, now_ms
+from iris_airflow_provider.services.clock import now_ms
+from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.services.settings import ClusterSettings
-from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.services.submit import LOCAL_ADMIN
+from iris_airflow_provider.store.records import JobRecord, NewIncarnation
 from iris_airflow_provider.store.store import FederationStore
 
 log = logging.getLogger(__name__)
@@ -102,17 +103,18 @@ class Receiver:
 
     def _admit(self, caller: str, request: HandoffRequest, spec: JobSpec, backend_id: str) -> HandoffResponse:
         # What a new incarnation here starts from, whether the job id is new or a finished one's.
-        incarnation: dict[str, Any] = {
-            "direction": Direction.RECEIVED,
-            "submitting_user": request.submitting_user,
-            "owner_principal": request.owner_principal,
-            "peer_id": caller,
-            "backend_id": backend_id,
-            "nonce": request.nonce,
-        }
+        new = NewIncarnation(
+            spec,
+            direction=Direction.RECEIVED,
+            submitting_user=request.submitting_user,
+            owner_principal=request.owner_principal,
+            peer_id=caller,
+            backend_id=backend_id,
+            nonce=request.nonce,
+        )
         existing = self.store.get_job(spec.job_id)
         if existing is None:
-            admission = self.store.admit(spec, now_ms=self.clock(), **incarnation)
+            admission = self.store.admit(new, self.clock())
             if not admission.created:  # a concurrent delivery won the insert: judge against it
                 return self._admit(caller, request, spec, backend_id)
             job, replay = admission.job, False
@@ -131,7 +133,7 @@ class Receiver:
                 f"Job {spec.job_id} is still running here as an earlier incarnation; cancel it first",
             )
         else:
-            reincarnated = self.store.reincarnate(spec, now_ms=self.clock(), **incarnation)
+            reincarnated = self.store.reincarnate(new, self.clock())
             if reincarnated is None:  # it came back to life under us: try again from the top
                 return self._admit(caller, request, spec, backend_id)
             job, replay = reincarnated, False

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
 
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
@@ -25,7 +24,7 @@ from iris_airflow_provider.core.router import Decision, Disposition, classify
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.ports import SubmitStore
-from iris_airflow_provider.store.records import JobRecord, Origin
+from iris_airflow_provider.store.records import JobRecord, NewIncarnation, Origin
 
 log = logging.getLogger(__name__)
 
@@ -100,19 +99,19 @@ class Submitter:
                 "submitter='someone@example.com' on the operator for scheduled runs."
             )
         local = decision.disposition is Disposition.LOCAL
-        arguments: dict[str, Any] = {
-            "direction": Direction.LOCAL if local else Direction.SENT,
-            "now_ms": self.clock(),
-            "submitting_user": submitting_user,
-            "owner_principal": owner_principal or submitting_user,
-            "peer_id": decision.pinned_peer_id,
-            "backend_id": decision.local_backend_id,
-            "origin": origin,
-        }
+        new = NewIncarnation(
+            spec,
+            direction=Direction.LOCAL if local else Direction.SENT,
+            submitting_user=submitting_user,
+            owner_principal=owner_principal or submitting_user,
+            peer_id=decision.pinned_peer_id,
+            backend_id=decision.local_backend_id,
+            origin=origin,
+        )
         if existing is not None:
-            record = self.store.reincarnate(spec, **arguments)
+            record = self.store.reincarnate(new, self.clock())
         else:
-            admission = self.store.admit(spec, **arguments)
+            admission = self.store.admit(new, self.clock())
             record = admission.job if admission.created else None
         if record is None:  # someone else submitted it between our read and our write: join them
             current = self.store.get_job(spec.job_id)

@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.expiry import expiries
-from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.common import (
     TERMINAL_VALUES,
@@ -29,7 +28,7 @@ from iris_airflow_provider.store.common import (
     set_terminal,
     touched,
 )
-from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
+from iris_airflow_provider.store.records import CancelOutcome, JobRecord, NewIncarnation
 from iris_airflow_provider.store.schema import jobs
 
 
@@ -40,62 +39,43 @@ class Admission:
 
 
 class Jobs(StoreBase):
-    def admit(
-        self,
-        spec: JobSpec,
-        *,
-        direction: Direction,
-        now_ms: int,
-        submitting_user: str,
-        owner_principal: str = "",
-        peer_id: str = "",
-        backend_id: str = "",
-        nonce: str | None = None,
-        origin: Origin | None = None,
-    ) -> Admission:
+    def admit(self, new: NewIncarnation, now_ms: int) -> Admission:
         """Insert a new job (``queued`` when sent); an existing job with the same id is returned untouched."""
-        values = incarnation(
-            spec, direction, now_ms, submitting_user, owner_principal, peer_id, backend_id, nonce, origin
-        )
+        values = incarnation(new, now_ms)
         with self._write() as connection:
             # RETURNING, not rowcount: drivers disagree on rowcount for INSERT ... ON CONFLICT.
             inserted = connection.execute(
                 insert(connection, jobs)
-                .values(job_id=spec.job_id, updated_at_ms=now_ms, **values)
+                .values(job_id=new.spec.job_id, updated_at_ms=now_ms, **values)
                 .on_conflict_do_nothing(index_elements=["job_id"])
                 .returning(jobs.c.job_id)
             ).first()
             if inserted:
                 handoff = values["handoff_state"]
-                event(connection, spec.job_id, now_ms, "admitted", JobState.PENDING, handoff, peer_id, direction)
-            row = connection.execute(sa.select(jobs).where(jobs.c.job_id == spec.job_id)).mappings().one()
+                event(
+                    connection,
+                    new.spec.job_id,
+                    now_ms,
+                    "admitted",
+                    JobState.PENDING,
+                    handoff,
+                    new.peer_id,
+                    new.direction,
+                )
+            row = connection.execute(sa.select(jobs).where(jobs.c.job_id == new.spec.job_id)).mappings().one()
         return Admission(JobRecord.from_row(row), created=inserted is not None)
 
-    def reincarnate(
-        self,
-        spec: JobSpec,
-        *,
-        direction: Direction,
-        now_ms: int,
-        submitting_user: str,
-        owner_principal: str = "",
-        peer_id: str = "",
-        backend_id: str = "",
-        origin: Origin | None = None,
-        nonce: str | None = None,
-    ) -> JobRecord | None:
+    def reincarnate(self, new: NewIncarnation, now_ms: int) -> JobRecord | None:
         """Run a finished job again under its id, as a new incarnation (a fresh nonce, or the one given).
 
         Only a terminal job can be reincarnated; returns None when the job is missing or still live.
         """
-        values = incarnation(
-            spec, direction, now_ms, submitting_user, owner_principal, peer_id, backend_id, nonce, origin
-        )
+        values = incarnation(new, now_ms)
         with self._write() as connection:
             row = (
                 connection.execute(
                     jobs.update()
-                    .where(jobs.c.job_id == spec.job_id, jobs.c.state.in_(TERMINAL_VALUES))
+                    .where(jobs.c.job_id == new.spec.job_id, jobs.c.state.in_(TERMINAL_VALUES))
                     .values(**values, **touched(now_ms))
                     .returning(*jobs.c)
                 )
@@ -105,7 +85,16 @@ class Jobs(StoreBase):
             if row is None:
                 return None
             handoff = values["handoff_state"]
-            event(connection, spec.job_id, now_ms, "resubmitted", JobState.PENDING, handoff, peer_id, direction)
+            event(
+                connection,
+                new.spec.job_id,
+                now_ms,
+                "resubmitted",
+                JobState.PENDING,
+                handoff,
+                new.peer_id,
+                new.direction,
+            )
         return JobRecord.from_row(row)
 
     # Reads -------------------------------------------------------------------------------------
@@ -286,33 +275,23 @@ def request_cancel(connection: sa.Connection, job_id: str, now_ms: int) -> Cance
     return CancelOutcome(found=True, killed=killed, direction=direction, notify_peer=notify)
 
 
-def incarnation(
-    spec: JobSpec,
-    direction: Direction,
-    now_ms: int,
-    submitting_user: str,
-    owner_principal: str,
-    peer_id: str,
-    backend_id: str,
-    nonce: str | None,
-    origin: Origin | None,
-) -> dict[str, Any]:
+def incarnation(new: NewIncarnation, now_ms: int) -> dict[str, Any]:
     """Every column a new incarnation of a job starts from (a first admission, or a rerun)."""
     return {
-        "direction": direction.value,
-        "handoff_state": HandoffState.QUEUED.value if direction is Direction.SENT else None,
+        "direction": new.direction.value,
+        "handoff_state": HandoffState.QUEUED.value if new.direction is Direction.SENT else None,
         "state": JobState.PENDING.value,
-        "peer_id": peer_id,
-        "backend_id": backend_id,
-        "owner_principal": owner_principal,
-        "submitting_user": submitting_user,
-        "nonce": nonce or uuid.uuid4().hex,
+        "peer_id": new.peer_id,
+        "backend_id": new.backend_id,
+        "owner_principal": new.owner_principal,
+        "submitting_user": new.submitting_user,
+        "nonce": new.nonce or uuid.uuid4().hex,
         "cancel_intent_version": 0,
         "cancel_delivered_version": 0,
-        "priority_band": spec.priority_band.wire_name,
+        "priority_band": new.spec.priority_band.wire_name,
         "submitted_at_ms": now_ms,
-        "scheduling_deadline_ms": spec.scheduling_deadline_ms,
-        "spec": spec.model_dump(mode="json"),
+        "scheduling_deadline_ms": new.spec.scheduling_deadline_ms,
+        "spec": new.spec.model_dump(mode="json"),
         "error": "",
         "exit_code": None,
         "started_at_ms": None,
@@ -326,8 +305,8 @@ def incarnation(
         "avoided_peers": {},
         "log_cursor": "",
         "last_log_seq": 0,
-        "origin_dag_id": origin.dag_id if origin else None,
-        "origin_run_id": origin.run_id if origin else None,
-        "origin_task_id": origin.task_id if origin else None,
-        "origin_map_index": origin.map_index if origin else None,
+        "origin_dag_id": new.origin.dag_id if new.origin else None,
+        "origin_run_id": new.origin.run_id if new.origin else None,
+        "origin_task_id": new.origin.task_id if new.origin else None,
+        "origin_map_index": new.origin.map_index if new.origin else None,
     }

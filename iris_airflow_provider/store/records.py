@@ -21,6 +21,21 @@ class Origin:
     map_index: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class NewIncarnation:
+    """A job to admit, or to run again under its id (a rerun of a finished one): what its new
+    incarnation starts from. The nonce is fresh unless given (a peer keeps the parent's)."""
+
+    spec: JobSpec
+    direction: Direction
+    submitting_user: str
+    owner_principal: str = ""
+    peer_id: str = ""
+    backend_id: str = ""
+    nonce: str | None = None
+    origin: Origin | None = None
+
+
 class JobStateView(Protocol):
     """What a job's pending reason depends on (a whole record, or a waiting task's snapshot)."""
 

@@ -16,19 +16,17 @@ import pytest
 from iris_airflow_provider.backends.base import Submission
 from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.grace import STALE_PROBE_COOLDOWN_MS
+from iris_airflow_provider.core.handoff_policy import DELIVERY_BACKOFF_BASE_MS
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.router import classify as route
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
-from iris_airflow_provider.services.federation import (
-    DELIVERY_BACKOFF_BASE_MS,
-    LOCAL_ADMIN,
-    STALE_PROBE_COOLDOWN_MS,
-    Federation,
-    IdentityError,
-)
+from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.submit import LOCAL_ADMIN, IdentityError
+from iris_airflow_provider.store.records import NewIncarnation
 from tests.services.world import (
     ALICE,
     FakePeer,
@@ -435,7 +433,8 @@ def test_a_local_job_its_submitter_is_still_starting_is_not_taken_for_gone(lite:
     federation = lite.federation()
     # As a worker between writing the job and handing it to its backend, while a tick runs.
     lite.store.admit(
-        spec("/alice/starting"), direction=Direction.LOCAL, now_ms=lite.clock(), submitting_user=ALICE, backend_id="cpu"
+        NewIncarnation(spec("/alice/starting"), direction=Direction.LOCAL, submitting_user=ALICE, backend_id="cpu"),
+        now_ms=lite.clock(),
     )
     federation.tick()
     assert lite.job("/alice/starting").state is JobState.PENDING
@@ -569,7 +568,7 @@ def test_a_cancel_that_lands_while_a_local_job_is_being_started_stops_it(lite: W
     job = spec("/alice/raced", lite.held("never-released"))
     # The submit's own steps, with a cancel in between: admitted, cancelled, then handed to the backend.
     admission = lite.store.admit(
-        job, direction=Direction.LOCAL, now_ms=lite.clock(), submitting_user=ALICE, backend_id="cpu"
+        NewIncarnation(job, direction=Direction.LOCAL, submitting_user=ALICE, backend_id="cpu"), now_ms=lite.clock()
     )
     federation.cancel("/alice/raced")
     federation.submitter.start_local(admission.job, job)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.grace import ABANDONED_UNCONFIGURED_TTL_MS
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
-from iris_airflow_provider.services.federation import ABANDONED_UNCONFIGURED_TTL_MS
 from iris_airflow_provider.services.job_views import job_explanation
 from iris_airflow_provider.store.records import pending_reason_history
 from tests.services.world import ALICE, World, event_kinds, spec, tick_until

@@ -20,7 +20,8 @@ from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, SyncResult
-from iris_airflow_provider.services.federation import Federation, now_ms
+from iris_airflow_provider.services.clock import now_ms
+from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.store import FederationStore
 

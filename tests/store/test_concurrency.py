@@ -14,6 +14,7 @@ from collections import Counter
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.store.records import NewIncarnation
 from iris_airflow_provider.store.store import FederationStore
 
 JOBS = 200
@@ -48,7 +49,7 @@ def test_concurrent_promotions_and_cancels_never_double_promote_or_promote_a_can
         spec = parse_job(
             {"job_id": f"/u/job-{i}", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}}
         )
-        store.admit(spec, direction=Direction.SENT, now_ms=1, submitting_user="u@example.com")
+        store.admit(NewIncarnation(spec, direction=Direction.SENT, submitting_user="u@example.com"), now_ms=1)
 
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(PROMOTERS + CANCELLERS)

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries, job_dag_id
-from iris_airflow_provider.store.records import Origin
+from iris_airflow_provider.store.records import NewIncarnation, Origin
 
 NOW = 1_700_000_000_000
 # The store knows no DAG by name: the caller names the one received jobs belong to (its runner DAG).
@@ -18,13 +18,15 @@ RUNNER_DAG_ID = "the_runner_dag"
 def admit(store, job_id, *, user="alice", dag="train_dag", direction=Direction.SENT, peer="", at=NOW, backend=""):
     origin = Origin(dag, "manual__1", "run") if dag else None
     return store.admit(
-        parse_job({"job_id": job_id, "command": "true"}),
-        direction=direction,
+        NewIncarnation(
+            parse_job({"job_id": job_id, "command": "true"}),
+            direction=direction,
+            submitting_user=user,
+            peer_id=peer,
+            backend_id=backend,
+            origin=origin,
+        ),
         now_ms=at,
-        submitting_user=user,
-        peer_id=peer,
-        backend_id=backend,
-        origin=origin,
     ).job
 
 

@@ -16,7 +16,7 @@ from iris_airflow_provider.core.ledger import LedgerEntry
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
-from iris_airflow_provider.store.records import Origin
+from iris_airflow_provider.store.records import NewIncarnation, Origin
 from iris_airflow_provider.store.schema import VERSION_TABLE, jobs, metadata
 
 NOW = 1_700_000_000_000
@@ -30,7 +30,10 @@ def spec(job_id: str = "/alice/train", **extra):
 
 def queue(store, job_id="/alice/train", *, pin="", now=NOW, **extra):
     return store.admit(
-        spec(job_id, **extra), direction=Direction.SENT, now_ms=now, submitting_user="alice@example.com", peer_id=pin
+        NewIncarnation(
+            spec(job_id, **extra), direction=Direction.SENT, submitting_user="alice@example.com", peer_id=pin
+        ),
+        now_ms=now,
     ).job
 
 
@@ -62,7 +65,8 @@ class TestAdmission:
     def test_a_queued_job_is_pending_with_no_peer_and_a_fresh_nonce(self, store):
         origin = Origin("train_dag", "manual__1", "submit", -1)
         admission = store.admit(
-            spec(), direction=Direction.SENT, now_ms=NOW, submitting_user="alice@example.com", origin=origin
+            NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice@example.com", origin=origin),
+            now_ms=NOW,
         )
         job = admission.job
         assert admission.created
@@ -75,7 +79,7 @@ class TestAdmission:
 
     def test_admitting_the_same_job_again_returns_the_existing_one_untouched(self, store):
         first = queue(store)
-        again = store.admit(spec(), direction=Direction.SENT, now_ms=NOW + 9, submitting_user="mallory")
+        again = store.admit(NewIncarnation(spec(), direction=Direction.SENT, submitting_user="mallory"), now_ms=NOW + 9)
         assert not again.created
         assert again.job == first
         assert len(store.events("/alice/train")) == 1
@@ -193,7 +197,9 @@ class TestCancel:
 
 class TestTransitions:
     def test_a_transition_only_applies_from_the_expected_states(self, store):
-        store.admit(spec(), direction=Direction.LOCAL, now_ms=NOW, submitting_user="alice", backend_id="proc")
+        store.admit(
+            NewIncarnation(spec(), direction=Direction.LOCAL, submitting_user="alice", backend_id="proc"), now_ms=NOW
+        )
         assert not store.transition(
             "/alice/train", to_state=JobState.SUCCEEDED, from_states=[JobState.RUNNING], now_ms=NOW
         )
@@ -250,11 +256,16 @@ class TestLeases:
 class TestIncarnations:
     def test_only_a_finished_job_can_run_again_and_it_starts_from_scratch(self, store):
         first = queue(store)
-        assert store.reincarnate(spec(), direction=Direction.SENT, now_ms=NOW + 1, submitting_user="alice") is None
+        assert (
+            store.reincarnate(NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice"), now_ms=NOW + 1)
+            is None
+        )
         store.promote(promotion(), NOW + 1)
         store.append_logs(first.job_id, first.nonce, ["line"], '{"0": 5}', NOW + 2)
         store.transition(first.job_id, to_state=JobState.FAILED, exit_code=3, error="boom", now_ms=NOW + 3)
-        again = store.reincarnate(spec(), direction=Direction.SENT, now_ms=NOW + 4, submitting_user="alice")
+        again = store.reincarnate(
+            NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice"), now_ms=NOW + 4
+        )
         assert again is not None and again.nonce != first.nonce
         assert (again.state, again.handoff_state, again.peer_id, again.backend_id) == (
             JobState.PENDING,

@@ -19,7 +19,7 @@ import pytest
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import Direction, JobState
-from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.records import JobRecord, NewIncarnation
 from iris_airflow_provider.store.store import FederationStore
 from iris_airflow_provider.triggers.poller import SharedJobPoller
 
@@ -62,7 +62,7 @@ def queue_job(store: FederationStore, job_id: str, *, pin: str = "", at_ms: int 
     spec = parse_job({"job_id": job_id, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}}})
     when = now_ms() if at_ms is None else at_ms
     return store.admit(
-        spec, direction=Direction.SENT, now_ms=when, submitting_user="alice@example.com", peer_id=pin
+        NewIncarnation(spec, direction=Direction.SENT, submitting_user="alice@example.com", peer_id=pin), now_ms=when
     ).job
 
 

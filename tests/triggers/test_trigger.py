@@ -17,6 +17,7 @@ from airflow.sdk.module_loading import import_string
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.async_store import AsyncFederationStore
+from iris_airflow_provider.store.records import NewIncarnation
 from iris_airflow_provider.triggers.federation import FederationJobTrigger
 from iris_airflow_provider.triggers.poller import LogLines, SharedJobPoller
 from iris_airflow_provider.triggers.wake import FederationWakeTrigger
@@ -375,7 +376,8 @@ async def test_the_jobs_output_is_relayed_into_the_task_log_new_lines_only_and_a
     assert store.append_logs(JOB, earlier.nonce, ["stale output of the earlier run"], "c0", now_ms())
     store.transition(JOB, to_state=JobState.FAILED, now_ms=now_ms())
     job = store.reincarnate(
-        earlier.job_spec, direction=earlier.direction, now_ms=now_ms(), submitting_user="alice@example.com"
+        NewIncarnation(earlier.job_spec, direction=earlier.direction, submitting_user="alice@example.com"),
+        now_ms=now_ms(),
     )
     assert job is not None
     waiting = wait_on()

@@ -17,8 +17,9 @@ from iris_airflow_provider.cluster.config import load_cluster_config
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import Direction
 from iris_airflow_provider.plugins import ui_api
-from iris_airflow_provider.services.federation import Federation, now_ms
-from iris_airflow_provider.store.records import Origin
+from iris_airflow_provider.services.clock import now_ms
+from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.store.records import NewIncarnation, Origin
 from iris_airflow_provider.store.store import FederationStore
 
 CLUSTER = """
@@ -85,34 +86,42 @@ def federation(tmp_path: Path) -> Iterator[Federation]:
         return parse_job({"job_id": job_id, "command": "true", "resources": {"device": device}, "priority_band": band})
 
     store.admit(
-        gpu(TRAIN, "h100", 16, "batch"),
-        direction=Direction.SENT,
+        NewIncarnation(
+            gpu(TRAIN, "h100", 16, "batch"),
+            direction=Direction.SENT,
+            submitting_user="alice",
+            origin=Origin("dag_a", "manual__1", "run"),
+        ),
         now_ms=now - 4000,
-        submitting_user="alice",
-        origin=Origin("dag_a", "manual__1", "run"),
     )
     store.admit(
-        gpu(EVAL, "h100", 4),
-        direction=Direction.SENT,
+        NewIncarnation(
+            gpu(EVAL, "h100", 4),
+            direction=Direction.SENT,
+            submitting_user="bob",
+            origin=Origin("dag_b", "manual__2", "run", 3),
+        ),
         now_ms=now - 3000,
-        submitting_user="bob",
-        origin=Origin("dag_b", "manual__2", "run", 3),
     )
     store.admit(
-        parse_job({"job_id": CLEANUP, "command": "true"}),
-        direction=Direction.LOCAL,
+        NewIncarnation(
+            parse_job({"job_id": CLEANUP, "command": "true"}),
+            direction=Direction.LOCAL,
+            submitting_user="ops",
+            backend_id="cpu",
+        ),
         now_ms=now - 2000,
-        submitting_user="ops",
-        backend_id="cpu",
     )
     store.admit(
-        parse_job({"job_id": RECEIVED, "command": "true"}),
-        direction=Direction.RECEIVED,
+        NewIncarnation(
+            parse_job({"job_id": RECEIVED, "command": "true"}),
+            direction=Direction.RECEIVED,
+            submitting_user="dave",
+            peer_id="parent",
+            backend_id="cpu",
+            nonce="abcdef0123456789",
+        ),
         now_ms=now - 1000,
-        submitting_user="dave",
-        peer_id="parent",
-        backend_id="cpu",
-        nonce="abcdef0123456789",
     )
     yield fed
     store.dispose()
