@@ -34,6 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.store.records import NewIncarnation
 
 if __package__ in (None, ""):  # run as ``python bench/poller_bench.py``: make the repo root importable
@@ -164,13 +165,9 @@ def writer_main(url: str, schedule: list[tuple[float, str, str]], pipe: Connecti
             if step == "pending":
                 continue
             state = JobState.RUNNING if step == "running" else JobState.SUCCEEDED
+            exit_code = 0 if state is JobState.SUCCEEDED else None
             store.mirror(
-                job_id,
-                nonce=nonces[job_id],
-                state=state,
-                now_ms=int(time.time() * 1000),
-                backend_id="default",
-                exit_code=0 if state is JobState.SUCCEEDED else None,
+                JobReport(job_id, nonces[job_id], state, "default", exit_code=exit_code), int(time.time() * 1000)
             )
             done.append((job_id, step, time.time()))
     store.dispose()

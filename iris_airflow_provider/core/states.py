@@ -7,7 +7,9 @@ doing, wherever it runs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from iris_airflow_provider.core import reasons
 
@@ -42,26 +44,48 @@ class JobState(StrEnum):
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED, JobState.UNSCHEDULABLE})
 
 
-def pending_reason(
-    *,
-    direction: Direction,
-    handoff_state: HandoffState | None,
-    state: JobState,
-    peer_id: str,
-    backend_id: str,
-    reported: bool,
-) -> str:
+class JobStateView(Protocol):
+    """What a job's pending reason depends on: a stored record, a waiting task's snapshot, or a
+    state replayed from the job's history."""
+
+    @property
+    def direction(self) -> Direction: ...
+    @property
+    def handoff_state(self) -> HandoffState | None: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def peer_id(self) -> str: ...
+    @property
+    def backend_id(self) -> str: ...
+    @property
+    def reported(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SeenState:
+    """A job's state at one point of its history (see ``pending_reason_history``)."""
+
+    direction: Direction
+    handoff_state: HandoffState | None
+    state: JobState
+    peer_id: str
+    backend_id: str
+    reported: bool
+
+
+def pending_reason(job: JobStateView) -> str:
     """What a non-terminal job waits for, in the seed's exact words where the seed has them."""
-    if state.terminal:
+    if job.state.terminal:
         return ""
-    if direction is Direction.SENT:
-        if handoff_state is HandoffState.QUEUED:
-            return reasons.queued(peer_id)
-        if reported:
-            return reasons.pending_on_peer(peer_id) if state is not JobState.RUNNING else ""
-        if handoff_state is HandoffState.PENDING:
-            return reasons.awaiting_acceptance(peer_id)
-        return reasons.awaiting_first_report(peer_id)
-    if state in (JobState.PENDING, JobState.ACCEPTED):
-        return f"Pending on local backend {backend_id}" if backend_id else "Pending"
+    if job.direction is Direction.SENT:
+        if job.handoff_state is HandoffState.QUEUED:
+            return reasons.queued(job.peer_id)
+        if job.reported:
+            return reasons.pending_on_peer(job.peer_id) if job.state is not JobState.RUNNING else ""
+        if job.handoff_state is HandoffState.PENDING:
+            return reasons.awaiting_acceptance(job.peer_id)
+        return reasons.awaiting_first_report(job.peer_id)
+    if job.state in (JobState.PENDING, JobState.ACCEPTED):
+        return f"Pending on local backend {job.backend_id}" if job.backend_id else "Pending"
     return ""

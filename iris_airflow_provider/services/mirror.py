@@ -99,17 +99,7 @@ class Mirror:
             reader = self.log_reader(job)
             if reader is not None:
                 self.relay(job, reader)
-        return self.store.mirror(
-            job.job_id,
-            nonce=job.nonce,
-            state=job_report.state,
-            now_ms=self.clock(),
-            backend_id=job_report.backend_id,
-            error=job_report.error,
-            exit_code=job_report.exit_code,
-            started_at_ms=job_report.started_at_ms,
-            finished_at_ms=job_report.finished_at_ms,
-        )
+        return self.store.mirror(job_report, self.clock())
 
     # Output ------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
+from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.ledger import LedgerEntry
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import JobState
@@ -28,19 +29,7 @@ class MirrorStore(JobReads, Protocol):
 
     def in_flight(self) -> list[JobRecord]: ...
 
-    def mirror(
-        self,
-        job_id: str,
-        *,
-        nonce: str,
-        state: JobState,
-        now_ms: int,
-        backend_id: str = "",
-        error: str = "",
-        exit_code: int | None = None,
-        started_at_ms: int | None = None,
-        finished_at_ms: int | None = None,
-    ) -> bool: ...
+    def mirror(self, report: JobReport, now_ms: int) -> bool: ...
 
     def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool: ...
 

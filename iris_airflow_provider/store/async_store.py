@@ -13,11 +13,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState, pending_reason
 from iris_airflow_provider.store.common import not_terminal, reported_by_runner
 from iris_airflow_provider.store.engine import WRITE, create_async_store_engine
 from iris_airflow_provider.store.jobs import request_cancel
-from iris_airflow_provider.store.records import CancelOutcome, job_values, pending_reason_of
+from iris_airflow_provider.store.records import CancelOutcome, job_values
 from iris_airflow_provider.store.schema import job_events, job_logs, jobs
 
 # Job ids per query: asyncpg refuses more than 32,767 parameters per statement, SQLite (3.32+) 32,766.
@@ -72,7 +72,7 @@ class JobSnapshot:
 
     @property
     def pending_reason(self) -> str:
-        return pending_reason_of(self)
+        return pending_reason(self)
 
 
 class AsyncFederationStore:

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.common import (
@@ -235,31 +236,19 @@ class Handoffs(StoreBase):
 
     # What the job's runner reports -------------------------------------------------------------
 
-    def mirror(
-        self,
-        job_id: str,
-        *,
-        nonce: str,
-        state: JobState,
-        now_ms: int,
-        backend_id: str = "",
-        error: str = "",
-        exit_code: int | None = None,
-        started_at_ms: int | None = None,
-        finished_at_ms: int | None = None,
-    ) -> bool:
-        """Take what the job's runner reports (a peer, or a local backend) for this incarnation.
+    def mirror(self, report: JobReport, now_ms: int) -> bool:
+        """Take what the job's runner (a peer, or a local backend) reports for incarnation ``report.nonce``.
 
         A report for a pending handoff also means the peer has it (handed off). Terminal jobs and
         other incarnations are left alone. Returns whether anything changed.
         """
         changed = sa.or_(
-            jobs.c.state != state.value,
+            jobs.c.state != report.state.value,
             jobs.c.reported_at_ms.is_(None),
             jobs.c.handoff_state == HandoffState.PENDING.value,
         )
         values: dict[str, Any] = {
-            "state": state.value,
+            "state": report.state.value,
             "reported_at_ms": sa.func.coalesce(jobs.c.reported_at_ms, now_ms),
             "handoff_state": sa.case(
                 (jobs.c.handoff_state == HandoffState.PENDING.value, HandoffState.HANDED_OFF.value),
@@ -267,22 +256,24 @@ class Handoffs(StoreBase):
             ),
             **touched(now_ms),
         }
-        if backend_id:
-            values["backend_id"] = backend_id
-        if state.terminal:
-            values.update(error=error, exit_code=exit_code, finished_at_ms=finished_at_ms or now_ms)
-        if started_at_ms is not None:
-            values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, started_at_ms)
+        if report.backend_id:
+            values["backend_id"] = report.backend_id
+        if report.state.terminal:
+            values.update(
+                error=report.error, exit_code=report.exit_code, finished_at_ms=report.finished_at_ms or now_ms
+            )
+        if report.started_at_ms is not None:
+            values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, report.started_at_ms)
         with self._write() as connection:
             row = connection.execute(
                 jobs.update()
-                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, not_terminal(), changed)
+                .where(jobs.c.job_id == report.job_id, jobs.c.nonce == report.nonce, not_terminal(), changed)
                 .values(**values)
                 .returning(jobs.c.handoff_state, jobs.c.peer_id)
             ).first()
             if row is None:
                 return False
-            event(connection, job_id, now_ms, "reported", state, row[0], row[1], error)
+            event(connection, report.job_id, now_ms, "reported", report.state, row[0], row[1], report.error)
         return True
 
     def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool:

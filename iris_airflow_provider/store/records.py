@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from iris_airflow_provider.core.job_report import JobReport, ReplicaReport, projected
 from iris_airflow_provider.core.model import JobSpec
-from iris_airflow_provider.core.states import Direction, HandoffState, JobState, pending_reason
+from iris_airflow_provider.core.states import Direction, HandoffState, JobState, SeenState, pending_reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,35 +34,6 @@ class NewIncarnation:
     backend_id: str = ""
     nonce: str | None = None
     origin: Origin | None = None
-
-
-class JobStateView(Protocol):
-    """What a job's pending reason depends on (a whole record, or a waiting task's snapshot)."""
-
-    @property
-    def direction(self) -> Direction: ...
-    @property
-    def handoff_state(self) -> HandoffState | None: ...
-    @property
-    def state(self) -> JobState: ...
-    @property
-    def peer_id(self) -> str: ...
-    @property
-    def backend_id(self) -> str: ...
-    @property
-    def reported(self) -> bool: ...
-
-
-def pending_reason_of(job: JobStateView) -> str:
-    """The seed's pending reason of ``job`` ("" once it runs or ended)."""
-    return pending_reason(
-        direction=job.direction,
-        handoff_state=job.handoff_state,
-        state=job.state,
-        peer_id=job.peer_id,
-        backend_id=job.backend_id,
-        reported=job.reported,
-    )
 
 
 ORIGIN_PARTS = ("dag_id", "run_id", "task_id", "map_index")  # columns origin_<part>
@@ -150,7 +121,7 @@ class JobRecord:
 
     @property
     def pending_reason(self) -> str:
-        return pending_reason_of(self)
+        return pending_reason(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,14 +155,7 @@ def pending_reason_history(direction: Direction, events: list[JobEvent]) -> list
                 handoff = HandoffState.HANDED_OFF if handoff is HandoffState.PENDING else handoff
         if event.kind not in ("requeued", "stray_terminated"):  # those name a peer the job has left
             peer_id = event.peer_id or peer_id
-        reason = pending_reason(
-            direction=direction,
-            handoff_state=handoff,
-            state=state,
-            peer_id=peer_id,
-            backend_id=backend_id,
-            reported=reported,
-        )
+        reason = pending_reason(SeenState(direction, handoff, state, peer_id, backend_id, reported))
         if reason and (not history or history[-1] != reason):
             history.append(reason)
     return history

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import Direction, JobState
@@ -79,7 +80,7 @@ def hand_off(store: FederationStore, job_id: str) -> None:
 def report(store: FederationStore, job_id: str, state: JobState, **extra: Any) -> None:
     job = store.get_job(job_id)
     assert job is not None
-    assert store.mirror(job_id, nonce=job.nonce, state=state, now_ms=now_ms(), backend_id="default", **extra)
+    assert store.mirror(JobReport(job_id, job.nonce, state, "default", **extra), now_ms())
 
 
 async def eventually(check: Callable[[], Any], *, timeout: float = 5.0, what: str = "the condition") -> Any:
