@@ -74,21 +74,27 @@ def _redacted_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return shown
 
 
+# Fields of the record that the details show as they are stored, in this order.
+_DETAILED_AS_STORED = (
+    "owner_principal",
+    "nonce",
+    "scheduling_deadline_ms",
+    "reported_at_ms",
+    "updated_at_ms",
+    "delivery_attempts",
+    "next_delivery_at_ms",
+    "last_delivery_error",
+    "requeue_count",
+)
+
+
 def job_details(federation: Federation, job: JobRecord, now_ms: int) -> dict[str, Any]:
     """A job's row with its spec, its history of transitions, every pending reason it went through
     and its output tail."""
     events = federation.store.events(job.job_id)
     details = job_row(job, now_ms)
+    details.update({name: getattr(job, name) for name in _DETAILED_AS_STORED})
     details.update(
-        owner_principal=job.owner_principal,
-        nonce=job.nonce,
-        scheduling_deadline_ms=job.scheduling_deadline_ms,
-        reported_at_ms=job.reported_at_ms,
-        updated_at_ms=job.updated_at_ms,
-        delivery_attempts=job.delivery_attempts,
-        next_delivery_at_ms=job.next_delivery_at_ms,
-        last_delivery_error=job.last_delivery_error,
-        requeue_count=job.requeue_count,
         avoided_peers=job.avoided_peer_ids(now_ms),
         spec=_redacted_spec(job.spec),
         events=[
