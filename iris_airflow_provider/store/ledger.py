@@ -1,6 +1,6 @@
 """The reservation ledger as stored: one row per (peer, backend, token), read as core
 :class:`~iris_airflow_provider.core.ledger.LedgerEntry` values, charged by the core rule
-(:func:`~iris_airflow_provider.core.ledger.charged`) with compare-and-set writes, and pruned once a
+(:func:`~iris_airflow_provider.core.ledger.charged`) on the row read locked, and pruned once a
 newer observation supersedes a row."""
 
 from __future__ import annotations
@@ -11,10 +11,6 @@ from iris_airflow_provider.core.ledger import LedgerEntry, charged
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.store.common import StoreBase, insert
 from iris_airflow_provider.store.schema import ledger, peer_backends
-
-# Compare-and-set rounds before a charge gives up: each lost round means another writer charged the
-# same row meanwhile, so this is only reached under pathological contention.
-MAX_CHARGE_ATTEMPTS = 16
 
 
 class Ledger(StoreBase):
@@ -50,31 +46,31 @@ def charge_ledger(connection: sa.Connection, promotion: Promotion) -> None:
     if promotion.observation_epoch_ms is None:
         return  # shape-only backend: nothing advertised, nothing to reserve
     for token, amount in promotion.reserved.items():
-        for _ in range(MAX_CHARGE_ATTEMPTS):
-            if _charge_row(connection, promotion, token, promotion.observation_epoch_ms, amount):
-                break
-        else:
-            raise RuntimeError(
-                f"could not charge the ledger of {promotion.peer_id}/{promotion.backend_id} ({token}): "
-                f"{MAX_CHARGE_ATTEMPTS} concurrent writers won the row first"
-            )
+        _charge_row(connection, promotion, token, promotion.observation_epoch_ms, amount)
 
 
-def _charge_row(connection: sa.Connection, promotion: Promotion, token: str, observation: int, amount: int) -> bool:
-    """Read the row, apply the core rule, write it back only if nobody changed it meanwhile."""
+def _charge_row(connection: sa.Connection, promotion: Promotion, token: str, observation: int, amount: int) -> None:
+    """Read the row locked (PostgreSQL; SQLite's writers are serialized already), apply the core
+    rule, and write the result. A second round happens only when another transaction inserted the
+    row first: the locked read then waits for it and sees its amount."""
     key = (promotion.peer_id, promotion.backend_id)
     this_row = (ledger.c.peer_id == key[0], ledger.c.backend_id == key[1], ledger.c.token == token)
-    held = connection.execute(sa.select(ledger.c.observation_epoch_ms, ledger.c.amount).where(*this_row)).first()
-    before = LedgerEntry(key[0], key[1], held[0], {token: held[1]}) if held is not None else None
-    after = charged(before, key, observation, {token: amount})
-    values = {"observation_epoch_ms": after.observation_epoch_ms, "amount": after.reserved[token]}
-    if held is None:
+    for _ in range(2):
+        held = connection.execute(
+            sa.select(ledger.c.observation_epoch_ms, ledger.c.amount).where(*this_row).with_for_update()
+        ).first()
+        before = LedgerEntry(key[0], key[1], held[0], {token: held[1]}) if held is not None else None
+        after = charged(before, key, observation, {token: amount})
+        values = {"observation_epoch_ms": after.observation_epoch_ms, "amount": after.reserved[token]}
+        if held is not None:
+            connection.execute(ledger.update().where(*this_row).values(**values))
+            return
         inserted = connection.execute(
             insert(connection, ledger)
             .values(peer_id=key[0], backend_id=key[1], token=token, **values)
             .on_conflict_do_nothing()
             .returning(ledger.c.token)
         ).first()
-        return inserted is not None
-    unchanged = (ledger.c.observation_epoch_ms == held[0], ledger.c.amount == held[1])
-    return bool(connection.execute(ledger.update().where(*this_row, *unchanged).values(**values)).rowcount)
+        if inserted is not None:
+            return
+    raise RuntimeError(f"the ledger row of {key[0]}/{key[1]} ({token}) was inserted and then lost")
