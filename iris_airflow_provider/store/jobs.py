@@ -151,8 +151,10 @@ class Jobs(StoreBase):
     def expire_queued(self, now_ms: int) -> list[str]:
         """Queued jobs past their deadline (:func:`~iris_airflow_provider.core.expiry.expiries`) become
         unschedulable; they can never be promoted after. Returns their ids, sorted."""
+        # Only rows already past the deadline are read (the rule as a filter, so a tick over a large
+        # queue does not carry every deadline into Python); the core decides on what comes back.
         candidates = sa.select(jobs.c.job_id, jobs.c.scheduling_deadline_ms).where(
-            queued(), jobs.c.scheduling_deadline_ms.is_not(None)
+            queued(), jobs.c.scheduling_deadline_ms < now_ms
         )
         with self._read() as connection:
             due = expiries(((row[0], row[1]) for row in connection.execute(candidates)), now_ms)
