@@ -78,7 +78,7 @@ class Backend(Protocol):
 
 
 def now_ms() -> int:
-    """The wall clock in milliseconds: a backend's default clock."""
+    """The wall clock in milliseconds: the default clock of backends and services (tests pass their own)."""
     return time.time_ns() // 1_000_000
 
 

@@ -44,7 +44,7 @@ def _federation(args: argparse.Namespace) -> Any:
 
 
 def _now_ms() -> int:
-    from iris_airflow_provider.services.clock import now_ms
+    from iris_airflow_provider.backends.base import now_ms
 
     return now_ms()
 

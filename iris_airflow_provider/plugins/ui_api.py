@@ -32,10 +32,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from iris_airflow_provider.backends.base import now_ms
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.plugins.job_documents import job_dag
-from iris_airflow_provider.services.clock import now_ms
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries
 from iris_airflow_provider.store.records import JobRecord

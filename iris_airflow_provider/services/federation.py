@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Mapping
 
-from iris_airflow_provider.backends.base import Backend
+from iris_airflow_provider.backends.base import Backend, now_ms
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
 from iris_airflow_provider.core.handoff_policy import RequeueRules
 from iris_airflow_provider.core.model import JobSpec
@@ -20,7 +20,6 @@ from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
 from iris_airflow_provider.peers.base import Peer
 from iris_airflow_provider.services.cancel import Cancels
-from iris_airflow_provider.services.clock import now_ms
 from iris_airflow_provider.services.delivery import Delivery
 from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.mirror import Mirror

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.backends.base import Backend, ReplicaReport
+from iris_airflow_provider.backends.base import Backend, ReplicaReport, now_ms
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.model import JobSpec, parse_job
@@ -31,7 +31,6 @@ from iris_airflow_provider.peers.wire import (
     LogsResponse,
     SyncResponse,
 )
-from iris_airflow_provider.services.clock import now_ms
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.services.settings import ClusterSettings
 from iris_airflow_provider.services.submit import LOCAL_ADMIN

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from iris_airflow_provider.backends.base import JobReport, LogChunk
+from iris_airflow_provider.backends.base import JobReport, LogChunk, now_ms
 from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.cluster.build import build_local_backends, build_peers
 from iris_airflow_provider.cluster.config import ClusterConfig, parse_cluster_config
@@ -20,7 +20,6 @@ from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, SyncResult
-from iris_airflow_provider.services.clock import now_ms
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.store import FederationStore

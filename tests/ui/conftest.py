@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from iris_airflow_provider.backends.base import now_ms
 from iris_airflow_provider.cluster.build import build_federation
 from iris_airflow_provider.cluster.config import load_cluster_config
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import Direction
 from iris_airflow_provider.plugins import ui_api
-from iris_airflow_provider.services.clock import now_ms
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.records import NewIncarnation, Origin
 from iris_airflow_provider.store.store import FederationStore

@@ -48,9 +48,9 @@ from iris_airflow_provider.backends.process.state import (
     SUCCEEDED,
     BackendSettings,
     Job,
-    JobRecord,
-    JobStatus,
+    JobFile,
     StateDir,
+    StatusFile,
     job_directory_name,
 )
 from iris_airflow_provider.core.availability import Availability, PeerBackend
@@ -154,7 +154,7 @@ class ProcessBackend:
                         f"(nonce {existing.record.nonce})"
                     )
                 self.store.retire(existing)
-            record = JobRecord(
+            record = JobFile(
                 job_id=submission.job_id,
                 nonce=submission.nonce,
                 requester=submission.requester,
@@ -164,7 +164,7 @@ class ProcessBackend:
                 need=need,
             )
             files = {path: file_bytes(content) for path, content in submission.spec.files.items()}
-            self.store.create(record, JobStatus.queued(self.clock()), files)
+            self.store.create(record, StatusFile.queued(self.clock()), files)
             self._schedule()
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
 
@@ -210,7 +210,7 @@ class ProcessBackend:
         finished = job.state in FINISHED
         return read_logs(job.directory, job.record.replicas, finished=finished, cursor=cursor, max_lines=max_lines)
 
-    def environment(self, job: JobRecord, replica: int, devices: Mapping[str, list[int]]) -> dict[str, str]:
+    def environment(self, job: JobFile, replica: int, devices: Mapping[str, list[int]]) -> dict[str, str]:
         """A replica's environment: a clean base, the backend's defaults, then the job's own env (it wins)."""
         env = processes.base_environment()
         env.update(self.env)
@@ -297,7 +297,7 @@ class ProcessBackend:
         self.store.save_status(job)
 
     def _requeue(self, job: Job) -> None:
-        job.status = JobStatus.queued(
+        job.status = StatusFile.queued(
             self.clock(), attempts=job.status.attempts, preemptions=(job.status.preemptions or 0) + 1
         )
         self.store.save_status(job)

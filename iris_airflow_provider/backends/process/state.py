@@ -6,8 +6,8 @@ Layout of ``<state_dir>``::
     .lock                   held (flock) by whoever changes a job's status
     jobs/<job dir>/         one per job id (see ``job_directory_name``); a replaced incarnation's is
                             renamed ``<job dir>.<nonce>``
-        job.json            what to run (``JobRecord``), written once at submit
-        status.json         what happened (``JobStatus``), rewritten atomically at each change
+        job.json            what to run (``JobFile``), written once at submit
+        status.json         what happened (``StatusFile``), rewritten atomically at each change
         workdir/            the files that travelled with the job; the replicas' working directory
         replica-<i>.log     replica i's output; ``replica-<i>.exit`` its exit code
         supervisor.log      the supervisor's own output
@@ -63,7 +63,7 @@ class BackendSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class JobRecord:
+class JobFile:
     """What to run: ``job.json``. ``spec`` is the job's spec as JSON (``JobSpec.model_dump``)."""
 
     job_id: str
@@ -102,7 +102,7 @@ class JobRecord:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JobRecord:
+    def from_json(cls, data: Mapping[str, Any]) -> JobFile:
         band = parse_band(str(data["band"]))
         assert band is not None  # a job's band parses to one (unspecified is interactive)
         return cls(
@@ -117,7 +117,7 @@ class JobRecord:
 
 
 @dataclass(slots=True)
-class JobStatus:
+class StatusFile:
     """What happened to a job: ``status.json``. Unset fields are left out of the file."""
 
     state: str
@@ -138,7 +138,7 @@ class JobStatus:
     finished_at_ms: int | None = None
 
     @classmethod
-    def queued(cls, now_ms: int, *, attempts: int = 0, preemptions: int | None = None) -> JobStatus:
+    def queued(cls, now_ms: int, *, attempts: int = 0, preemptions: int | None = None) -> StatusFile:
         return cls(QUEUED, queued_at_ms=now_ms, attempts=attempts, preemptions=preemptions)
 
     def to_json(self) -> dict[str, Any]:
@@ -151,7 +151,7 @@ class JobStatus:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JobStatus:
+    def from_json(cls, data: Mapping[str, Any]) -> StatusFile:
         version = int(data.get("version", 1))
         if version > STATUS_VERSION:
             raise StateError(f"status.json version {version} is newer than this code reads ({STATUS_VERSION})")
@@ -178,8 +178,8 @@ class Job:
     """One job's directory and files, as last read."""
 
     directory: Path
-    record: JobRecord
-    status: JobStatus
+    record: JobFile
+    status: StatusFile
 
     @property
     def job_id(self) -> str:
@@ -234,7 +234,7 @@ class StateDir:
         loaded = (load_job(directory) for directory in self.jobs_dir.iterdir())
         return [job for job in loaded if job is not None]
 
-    def create(self, record: JobRecord, status: JobStatus, files: Mapping[str, bytes]) -> Job:
+    def create(self, record: JobFile, status: StatusFile, files: Mapping[str, bytes]) -> Job:
         """A new job's directory: its workdir files, then ``job.json``, then ``status.json`` (which
         makes it visible)."""
         directory = self.directory(record.job_id)
@@ -262,8 +262,8 @@ def load_job(directory: Path) -> Job | None:
     """The job in ``directory``, or None when it has no (complete) job there."""
     if not ((directory / "status.json").exists() and (directory / "job.json").exists()):
         return None
-    record = JobRecord.from_json(read_json(directory / "job.json"))
-    return Job(directory, record, JobStatus.from_json(read_json(directory / "status.json")))
+    record = JobFile.from_json(read_json(directory / "job.json"))
+    return Job(directory, record, StatusFile.from_json(read_json(directory / "status.json")))
 
 
 def job_directory_name(job_id: str) -> str:
