@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +20,6 @@ import pytest
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
     InsufficientCapacityError,
-    JobReport,
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
@@ -29,36 +28,12 @@ from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.states import JobState
+from tests.waiting import wait_for, wait_state
 
 T = TypeVar("T")
-TIMEOUT = 10.0
 
 
 # Helpers ----------------------------------------------------------------------------------------
-
-
-def wait_for(check: Callable[[], T | None], timeout: float = TIMEOUT, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def wait_state(backend: ProcessBackend, job_id: str, *states: JobState, timeout: float = TIMEOUT) -> JobReport:
-    last: list[JobReport | None] = [None]
-
-    def reached() -> JobReport | None:
-        report = last[0] = backend.status(job_id)
-        return report if report is not None and report.state in states else None
-
-    try:
-        return wait_for(reached, timeout, f"{job_id} to reach {', '.join(s.value for s in states)}")
-    except AssertionError as error:
-        raise AssertionError(f"{error}; last report: {last[0]}") from None
 
 
 def process_gone(pid: int) -> bool:
@@ -239,7 +214,7 @@ def test_logs_return_only_new_lines_bounded_by_max_lines(state_dir: Path, gates:
     backend = gpu_backend(state_dir)
     command = gates.held("more", before="for i in 1 2 3 4 5; do echo line $i; done") + "; echo line 6"
     submit(backend, job_spec("/alice/logs", command))
-    wait_for(lambda: len(log_lines(backend, "/alice/logs")) == 5, what="five lines")
+    wait_for(lambda: len(log_lines(backend, "/alice/logs")) == 5, "five lines")
 
     first = backend.logs("/alice/logs", max_lines=2)
     assert first.lines == ("[replica 0] line 1", "[replica 0] line 2") and first.truncated
@@ -259,7 +234,7 @@ def test_logs_return_only_new_lines_bounded_by_max_lines(state_dir: Path, gates:
 def test_a_last_line_without_a_newline_is_returned_once_the_job_has_ended(state_dir: Path, gates: Gates) -> None:
     backend = gpu_backend(state_dir)
     submit(backend, job_spec("/alice/partial", gates.held("go", before="printf 'whole\\nhalf'")))
-    wait_for(lambda: log_lines(backend, "/alice/partial"), what="the first line")
+    wait_for(lambda: log_lines(backend, "/alice/partial"), "the first line")
     running = backend.logs("/alice/partial")
     assert running.lines == ("[replica 0] whole",)  # the partial line waits while the job may still write
     gates.release("go")
@@ -315,7 +290,7 @@ def test_submit_is_idempotent_by_nonce(state_dir: Path, gates: Gates) -> None:
     assert replay.replay and replay.report.nonce == "n1"
     with pytest.raises(AlreadyExistsError, match="still running here as another incarnation"):
         submit(backend, spec, "n2")
-    wait_for(lambda: log_lines(backend, "/alice/once"), what="output")
+    wait_for(lambda: log_lines(backend, "/alice/once"), "output")
     gates.release("once")
     done = wait_state(backend, "/alice/once", JobState.SUCCEEDED)
     assert done.nonce == "n1"
@@ -369,7 +344,10 @@ def test_work_waits_for_busy_slots_and_starts_in_band_order_when_they_free(state
     assert backend.live_job_ids() == ["/a/batch", "/a/first", "/a/priority"]
 
     gates.release("first")  # the supervisor starts queued work as it exits; nobody needs to poll
-    wait_for(lambda: json.loads(_status_file(state_dir, "/a/priority").read_text())["state"] == "running")
+    wait_for(
+        lambda: json.loads(_status_file(state_dir, "/a/priority").read_text())["state"] == "running",
+        "/a/priority to start",
+    )
     assert backend.status("/a/batch").state is JobState.PENDING  # type: ignore[union-attr]
     gates.release("priority")
     wait_state(backend, "/a/batch", JobState.RUNNING)
@@ -393,9 +371,9 @@ def test_a_higher_band_takes_a_run_slot_from_lower_band_work_when_max_running_jo
 ) -> None:
     backend = ProcessBackend("cpu", tmp_path / "cpu", max_running_jobs=2)
     submit(backend, job_spec("/a/old", gates.held("old", before="echo attempt"), band="batch"), at=1)
-    wait_for(lambda: log_lines(backend, "/a/old"), what="the first batch job to start")
+    wait_for(lambda: log_lines(backend, "/a/old"), "the first batch job to start")
     submit(backend, job_spec("/a/new", gates.held("new", before="echo attempt"), band="batch"), at=2)
-    wait_for(lambda: log_lines(backend, "/a/new"), what="the second batch job to start")
+    wait_for(lambda: log_lines(backend, "/a/new"), "the second batch job to start")
     submit(backend, job_spec("/a/same", "echo same band", band="batch"), at=3)
     assert backend.status("/a/same").state is JobState.PENDING  # type: ignore[union-attr]  # equal bands wait
 
@@ -408,7 +386,7 @@ def test_a_higher_band_takes_a_run_slot_from_lower_band_work_when_max_running_jo
     gates.release("urgent")
     gates.release("old")
     wait_state(backend, "/a/same", JobState.SUCCEEDED)
-    wait_for(lambda: len(log_lines(backend, "/a/new")) == 2, what="the evicted job to run again")
+    wait_for(lambda: len(log_lines(backend, "/a/new")) == 2, "the evicted job to run again")
     gates.release("new")
     assert wait_state(backend, "/a/new", JobState.SUCCEEDED).exit_code == 0
 
@@ -416,7 +394,7 @@ def test_a_higher_band_takes_a_run_slot_from_lower_band_work_when_max_running_jo
 def test_a_higher_band_evicts_lower_band_work_which_requeues_and_runs_again(state_dir: Path, gates: Gates) -> None:
     backend = gpu_backend(state_dir, 2)
     submit(backend, job_spec("/a/batch", gates.held("batch", before="echo attempt"), gpus=2, band="batch"), at=1)
-    wait_for(lambda: log_lines(backend, "/a/batch"), what="the batch job to start")
+    wait_for(lambda: log_lines(backend, "/a/batch"), "the batch job to start")
 
     submit(backend, job_spec("/a/urgent", gates.held("urgent"), gpus=2, band="production"), at=2)
     wait_state(backend, "/a/urgent", JobState.RUNNING)
@@ -429,7 +407,7 @@ def test_a_higher_band_evicts_lower_band_work_which_requeues_and_runs_again(stat
 
     gates.release("urgent")
     wait_state(backend, "/a/urgent", JobState.SUCCEEDED)
-    wait_for(lambda: len(log_lines(backend, "/a/batch")) == 2, what="the batch job to run again")
+    wait_for(lambda: len(log_lines(backend, "/a/batch")) == 2, "the batch job to run again")
     gates.release("batch")
     report = wait_state(backend, "/a/batch", JobState.SUCCEEDED)
     assert report.exit_code == 0
@@ -444,7 +422,7 @@ def test_eviction_takes_the_lowest_band_first_then_the_newest_job(state_dir: Pat
     # Takes half a second to stop once told, as real work that checkpoints would.
     slow_to_stop = gates.held("new-batch", before="trap 'sleep 0.5; exit 143' TERM; echo ready")
     submit(backend, job_spec("/a/new-batch", slow_to_stop, gpus=1, band="batch"), at=2)
-    wait_for(lambda: log_lines(backend, "/a/new-batch") == ["[replica 0] ready"], what="the trap")
+    wait_for(lambda: log_lines(backend, "/a/new-batch") == ["[replica 0] ready"], "the trap")
     submit(backend, job_spec("/a/interactive", gates.held("interactive"), gpus=1), at=3)
     wait_state(backend, "/a/interactive", JobState.RUNNING)
 
@@ -509,13 +487,13 @@ def test_cancelling_a_running_job_terminates_its_process_group(state_dir: Path, 
     # The shell's child (sleep) is a grandchild of the supervisor: only a group signal reaches it.
     command = f"sleep 60 & echo $! > {pids}/sleep-$IRIS_REPLICA_INDEX; wait"
     submit(backend, job_spec("/a/cancel", command, gpus=1, replicas=2))
-    wait_for(lambda: len(list(pids.iterdir())) == 2, what="both replicas to start")
+    wait_for(lambda: len(list(pids.iterdir())) == 2, "both replicas to start")
     sleepers = [int(p.read_text()) for p in pids.iterdir()]
     assert not any(process_gone(pid) for pid in sleepers)
     assert backend.cancel("/a/cancel")
     report = wait_state(backend, "/a/cancel", JobState.KILLED)
     assert report.error == "Cancelled"
-    wait_for(lambda: all(process_gone(pid) for pid in sleepers), what="every replica's processes to end")
+    wait_for(lambda: all(process_gone(pid) for pid in sleepers), "every replica's processes to end")
     assert backend.cancel("/a/cancel")  # already finished: a no-op, still known
     assert backend.status("/a/cancel").state is JobState.KILLED  # type: ignore[union-attr]
 
@@ -524,7 +502,7 @@ def test_a_replica_shutting_down_gracefully_is_told_to_stop_only_once(state_dir:
     backend = gpu_backend(state_dir)
     graceful = "trap 'echo stopping; sleep 0.4; echo stopped; exit 0' TERM; echo ready; while true; do sleep 0.02; done"
     submit(backend, job_spec("/a/graceful", graceful, gpus=1))
-    wait_for(lambda: log_lines(backend, "/a/graceful") == ["[replica 0] ready"], what="the trap")
+    wait_for(lambda: log_lines(backend, "/a/graceful") == ["[replica 0] ready"], "the trap")
     started = time.monotonic()
     assert backend.cancel("/a/graceful")
     wait_state(backend, "/a/graceful", JobState.KILLED)
@@ -565,17 +543,17 @@ def test_the_reaper_settles_a_job_whose_supervisor_was_killed(state_dir: Path, t
     pids.mkdir()
     submit(backend, job_spec("/a/orphan", f"echo $$ > {pids}/replica; exec sleep 60", gpus=1), at=1)
     submit(backend, job_spec("/a/waiting", "echo ran", gpus=1), at=2)
-    wait_for(lambda: (pids / "replica").exists() and (pids / "replica").read_text().strip(), what="the replica")
+    wait_for(lambda: (pids / "replica").exists() and (pids / "replica").read_text().strip(), "the replica")
     replica = int((pids / "replica").read_text())
     supervisor = json.loads(_status_file(state_dir, "/a/orphan").read_text())["pid"]
     os.kill(supervisor, signal.SIGKILL)
-    wait_for(lambda: process_gone(supervisor), what="the supervisor to die")
+    wait_for(lambda: process_gone(supervisor), "the supervisor to die")
 
     report = backend.status("/a/orphan")
     assert report is not None and report.state is JobState.FAILED
     assert report.error == "The job's supervisor process died"
     # Its replica no longer holds the slot it was given, and the queued job got it.
-    wait_for(lambda: process_gone(replica), what="the orphaned replica to be stopped")
+    wait_for(lambda: process_gone(replica), "the orphaned replica to be stopped")
     wait_state(backend, "/a/waiting", JobState.SUCCEEDED)
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from typing import Any, TypeVar
 
 import pytest
@@ -20,7 +21,6 @@ from kubernetes import client
 
 from iris_airflow_provider.backends.base import (
     AlreadyExistsError,
-    Backend,
     InsufficientCapacityError,
     JobReport,
     Submission,
@@ -35,34 +35,16 @@ from iris_airflow_provider.core.placement import Candidate, plan
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
+from tests import waiting
 from tests.backends.contract.conftest import Target
 
 T = TypeVar("T")
 TIMEOUT = 60.0
 
 
-def wait_for(check: Callable[[], T | None], what: str, timeout: float = TIMEOUT) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
-
-
-def wait_state(backend: Backend, job_id: str, *states: JobState, timeout: float = TIMEOUT) -> JobReport:
-    last: list[JobReport | None] = [None]
-
-    def reached() -> JobReport | None:
-        report = last[0] = backend.status(job_id)
-        return report if report is not None and report.state in states else None
-
-    try:
-        return wait_for(reached, f"{job_id} to be {' or '.join(s.value for s in states)}", timeout)
-    except AssertionError as error:
-        raise AssertionError(f"{error}; last report: {last[0]}") from None
+# A real cluster schedules pods and pulls images: every wait allows a minute.
+wait_for = partial(waiting.wait_for, timeout=TIMEOUT, interval=0.1)
+wait_state = partial(waiting.wait_state, timeout=TIMEOUT)
 
 
 def job(
