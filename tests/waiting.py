@@ -1,11 +1,13 @@
 """Waiting in tests: poll a condition until it holds, or fail naming what was awaited.
 
-One helper for every suite (backends, services, end-to-end), always called as
-``wait_for(check, what, timeout=...)``: a test never sleeps for a fixed time to let something happen.
+One helper for every suite (backends, services, triggers, end-to-end), called as
+``wait_for(check, what, timeout=...)`` or, on an event loop, ``await eventually(check, what, ...)``:
+a test never sleeps for a fixed time to let something happen.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -16,16 +18,33 @@ from iris_airflow_provider.core.states import JobState
 T = TypeVar("T")
 
 
+class _Deadline:
+    def __init__(self, what: str, timeout: float) -> None:
+        self.what, self.timeout, self.end = what, timeout, time.monotonic() + timeout
+
+    def met(self, value: object) -> bool:
+        """Whether ``value`` ends the wait; ``AssertionError`` naming what was awaited once time is up."""
+        if value:
+            return True
+        if time.monotonic() > self.end:
+            raise AssertionError(f"timed out after {self.timeout:g} s waiting for {self.what}")
+        return False
+
+
 def wait_for(check: Callable[[], T | None], what: str, *, timeout: float = 10.0, interval: float = 0.05) -> T:
     """The first truthy value ``check`` returns; ``AssertionError`` naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    deadline = _Deadline(what, timeout)
+    while not deadline.met(value := check()):
         time.sleep(interval)
+    return value  # type: ignore[return-value]  # truthy, so not None
+
+
+async def eventually(check: Callable[[], T | None], what: str, *, timeout: float = 5.0, interval: float = 0.01) -> T:
+    """:func:`wait_for` on an event loop: the loop keeps running while it waits."""
+    deadline = _Deadline(what, timeout)
+    while not deadline.met(value := check()):
+        await asyncio.sleep(interval)
+    return value  # type: ignore[return-value]
 
 
 class ReportsStatus(Protocol):

@@ -83,18 +83,6 @@ def report(store: FederationStore, job_id: str, state: JobState, **extra: Any) -
     assert store.mirror(JobReport(job_id, job.nonce, state, "default", **extra), now_ms())
 
 
-async def eventually(check: Callable[[], Any], *, timeout: float = 5.0, what: str = "the condition") -> Any:
-    """Wait (on the event loop) until ``check()`` is truthy; return its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def stays_false(check: Callable[[], Any], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -20,7 +20,6 @@ from iris_airflow_provider.triggers.federation import FederationJobTrigger
 from iris_airflow_provider.triggers.poller import SharedJobPoller
 from tests.triggers.conftest import (
     INTERVAL,
-    eventually,
     hand_off,
     now_ms,
     promote,
@@ -29,6 +28,7 @@ from tests.triggers.conftest import (
     route_log_to_stdlib,
     stays_false,
 )
+from tests.waiting import eventually
 
 
 class Waits:

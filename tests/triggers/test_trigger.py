@@ -24,7 +24,6 @@ from iris_airflow_provider.triggers.wake import FederationWakeTrigger
 from tests.triggers.conftest import (
     INTERVAL,
     PEER,
-    eventually,
     hand_off,
     now_ms,
     promote,
@@ -33,6 +32,7 @@ from tests.triggers.conftest import (
     route_log_to_stdlib,
     stays_false,
 )
+from tests.waiting import eventually
 
 JOB = "/alice/train"
 TRIGGER_LOGGER = "iris_airflow_provider.triggers.federation.FederationJobTrigger"
