@@ -34,8 +34,8 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig, KubernetesToleration
 from iris_airflow_provider.backends.process.config import ProcessBackendConfig
 from iris_airflow_provider.core.errors import FieldProblem, SpecError
-from iris_airflow_provider.core.model import StrictModel
 from iris_airflow_provider.core.names import check_name, unique_by
+from iris_airflow_provider.core.strict_model import StrictModel
 from iris_airflow_provider.services.settings import (
     ClusterSettings,
     FederationSettings,

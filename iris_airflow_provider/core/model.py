@@ -16,17 +16,14 @@ from pathlib import PurePosixPath
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import PydanticCustomError
 
 from iris_airflow_provider.core.bands import DEFAULT_BAND, Band, UnknownBandError, parse_band
 from iris_airflow_provider.core.constraints import (
@@ -48,6 +45,7 @@ from iris_airflow_provider.core.constraints import (
     routing_constraints,
 )
 from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.strict_model import StrictModel
 
 _SEGMENT = r"[^/\s]+"
 BASE64_PREFIX = "base64:"
@@ -70,46 +68,6 @@ _UNITS = {
     "pi": 2**50,
 }
 DeviceType = Literal["cpu", "gpu", "tpu"]
-
-
-class StrictModel(BaseModel):
-    """Frozen, and an unknown field is an error that lists the accepted ones."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-    # Input keys a subclass accepts besides its fields (its own before-validator rewrites them).
-    input_only_keys: ClassVar[tuple[str, ...]] = ()
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _reject_unknown_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
-        # Validate the known fields too, so unknown fields are reported with every other problem.
-        if not isinstance(data, Mapping):
-            return handler(data)
-        accepted = [*cls.model_fields, *cls.input_only_keys]
-        unknown = sorted(str(k) for k in data if k not in accepted)
-        if not unknown:
-            return handler(data)
-        problems = [
-            InitErrorDetails(
-                type=PydanticCustomError(
-                    "unknown_field",
-                    "unknown field(s) {unknown}; accepted: {accepted}",
-                    {"unknown": ", ".join(unknown), "accepted": ", ".join(accepted)},
-                ),
-                loc=(),
-                input=data,
-            )
-        ]
-        try:
-            handler({k: v for k, v in data.items() if k in accepted})
-        except ValidationError as error:
-            problems += [
-                InitErrorDetails(
-                    type=PydanticCustomError(e["type"], e["msg"], e.get("ctx")), loc=e["loc"], input=e["input"]
-                )
-                for e in error.errors()
-            ]
-        raise ValidationError.from_exception_data(cls.__name__, problems)
 
 
 def parse_memory(raw: int | float | str) -> int:

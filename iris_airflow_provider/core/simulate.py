@@ -20,7 +20,7 @@ from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.explain import explain
 from iris_airflow_provider.core.ledger import LedgerEntry
-from iris_airflow_provider.core.model import JobSpec, StrictModel
+from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.names import unique_by
 from iris_airflow_provider.core.placement import (
     DEFAULT_HEARTBEAT_STALENESS_MS,
@@ -29,6 +29,7 @@ from iris_airflow_provider.core.placement import (
     plan,
 )
 from iris_airflow_provider.core.router import Disposition, classify
+from iris_airflow_provider.core.strict_model import StrictModel
 from iris_airflow_provider.core.wire import Amounts, AttributeValues, BackendSummary, amounts_validator
 
 

@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 from iris_airflow_provider.core.availability import AVAILABILITY_METRIC_VERSION, Availability, PeerBackend
 from iris_airflow_provider.core.bands import Band, UnknownBandError, parse_band
 from iris_airflow_provider.core.constraints import normalize_advertised
-from iris_airflow_provider.core.model import StrictModel
+from iris_airflow_provider.core.strict_model import StrictModel
 
 Amounts = dict[str, Annotated[int, Field(ge=0, strict=False)]]
 AttributeValues = list[str | int | float | bool]

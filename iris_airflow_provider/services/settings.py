@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from iris_airflow_provider.core.model import StrictModel
 from iris_airflow_provider.core.names import check_name
+from iris_airflow_provider.core.strict_model import StrictModel
 
 
 class TrustedPeer(StrictModel):

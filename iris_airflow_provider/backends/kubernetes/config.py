@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from iris_airflow_provider.core.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
-from iris_airflow_provider.core.model import StrictModel
 from iris_airflow_provider.core.names import check_name
+from iris_airflow_provider.core.strict_model import StrictModel
 
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _K8S_LABEL_KEY = re.compile(
