@@ -8,13 +8,12 @@ every tick until the peer or backend confirms.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
 
-from iris_airflow_provider.backends.base import Backend
-from iris_airflow_provider.peers.base import Peer, PeerError
-from iris_airflow_provider.services.mirror import RUN_HERE
+from iris_airflow_provider.peers.base import PeerError
 from iris_airflow_provider.services.ports import CancelStore
+from iris_airflow_provider.services.runners import RUN_HERE, Runners
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord
 
 log = logging.getLogger(__name__)
@@ -36,8 +35,7 @@ class CancelAnswer:
 class Cancels:
     store: CancelStore
     _: KW_ONLY
-    backends: Mapping[str, Backend]
-    peers: Mapping[str, Peer]
+    runners: Runners
     clock: Callable[[], int]
 
     def cancel(self, job_id: str) -> CancelOutcome:
@@ -75,10 +73,10 @@ class Cancels:
         """Tell whoever runs ``record`` to stop it; whether the cancel is now confirmed."""
         try:
             if record.direction in RUN_HERE:
-                backend = self.backends.get(record.backend_id)
+                backend = self.runners.backend_of(record)
                 found = backend.cancel(record.job_id) if backend is not None else False
             else:
-                peer = self.peers.get(record.peer_id)
+                peer = self.runners.peer_of(record)
                 if peer is None:
                     return False
                 found = peer.cancel(record.job_id)

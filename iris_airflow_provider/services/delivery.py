@@ -25,7 +25,7 @@ from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError
 from iris_airflow_provider.services.fanout import each_peer
 from iris_airflow_provider.services.ports import DeliveryStore
-from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
 from iris_airflow_provider.store.store import RequeueOutcome
 
 log = logging.getLogger(__name__)
@@ -129,15 +129,8 @@ class Delivery:
             done.retrying.append(job.job_id)
 
     def _requeue(self, job: JobRecord, error: str, decision: Requeue, now: int, done: Delivered) -> None:
-        outcome = self.store.requeue_handoff(
-            job.job_id,
-            job.nonce,
-            peer_id=job.peer_id,
-            reason=error,
-            avoid_until_ms=decision.avoid_until_ms,
-            max_requeues=self.max_requeues,
-            now_ms=now,
-        )
+        refusal = HandoffRefusal(job.job_id, job.nonce, job.peer_id, error, decision.avoid_until_ms)
+        outcome = self.store.requeue_handoff(refusal, max_requeues=self.max_requeues, now_ms=now)
         if outcome is RequeueOutcome.REQUEUED:
             log.warning("Requeued %s: peer %s could not take it: %s", job.job_id, job.peer_id, error)
             done.requeued.append(job.job_id)

@@ -25,6 +25,7 @@ from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates
 from iris_airflow_provider.services.placement import Placement, queued_candidates
+from iris_airflow_provider.services.runners import Runners
 from iris_airflow_provider.services.settings import ClusterSettings
 from iris_airflow_provider.services.submit import Submitted, Submitter
 from iris_airflow_provider.services.tick import Tick, TickReport
@@ -58,9 +59,8 @@ class Federation:
             timeout_s=settings.heartbeat_timeout_seconds,
             staleness_ms=self.staleness_ms,
         )
-        self.mirror = Mirror(
-            store, backends=self.backends, peers=self.peers, clock=clock, timeout_s=settings.heartbeat_timeout_seconds
-        )
+        runners = Runners(self.backends, self.peers)
+        self.mirror = Mirror(store, runners=runners, clock=clock, timeout_s=settings.heartbeat_timeout_seconds)
         self.submitter = Submitter(
             store,
             default_region=config.default_region,
@@ -69,7 +69,7 @@ class Federation:
             clock=clock,
             apply_report=self.mirror.apply_report,
         )
-        self.cancels = Cancels(store, backends=self.backends, peers=self.peers, clock=clock)
+        self.cancels = Cancels(store, runners=runners, clock=clock)
         self.placement = Placement(store, peer_ids=self.peers, rules=self.placement_rules, clock=clock)
         self.delivery = Delivery(
             store,

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
 
-from iris_airflow_provider.backends.base import Backend, JobReport, LogChunk
+from iris_airflow_provider.backends.base import JobReport, LogChunk
 from iris_airflow_provider.core.grace import unreported_job_is_gone
 from iris_airflow_provider.core.states import Direction, HandoffState
 from iris_airflow_provider.peers.base import Peer, PeerError, SyncResult
 from iris_airflow_provider.services.fanout import each_peer
 from iris_airflow_provider.services.ports import MirrorStore
+from iris_airflow_provider.services.runners import RUN_HERE, Runners
 from iris_airflow_provider.store.records import JobRecord
 
 log = logging.getLogger(__name__)
 
-RUN_HERE = (Direction.LOCAL, Direction.RECEIVED)  # jobs one of this cluster's backends runs
 LOGGED_HANDOFFS = (HandoffState.PENDING, HandoffState.HANDED_OFF)  # handoffs a peer may have output for
 LOG_LINES_PER_TICK = 500  # per job: a chatty job cannot hold up a tick
 
@@ -34,8 +34,7 @@ LogReader = Callable[[JobRecord], LogChunk]
 class Mirror:
     store: MirrorStore
     _: KW_ONLY
-    backends: Mapping[str, Backend]
-    peers: Mapping[str, Peer]
+    runners: Runners
     clock: Callable[[], int]
     timeout_s: float
 
@@ -48,14 +47,14 @@ class Mirror:
         for job in in_flight:
             if job.direction in RUN_HERE:
                 local.append(job)
-            elif job.peer_id in self.peers:
+            elif self.runners.peer_of(job) is not None:
                 sent[job.peer_id].append(job)
 
         def sync_peer(peer: Peer) -> SyncResult:
             ids = [job.job_id for job in sent[peer.peer_id]]
             return peer.sync(ids, self.store.sync_cursor(peer.peer_id))
 
-        results = each_peer({p: self.peers[p] for p in sent}, sync_peer, self.timeout_s)
+        results = each_peer(self._peers(sent), sync_peer, self.timeout_s)
         for peer_id, result in results.items():
             if isinstance(result, BaseException):
                 log.warning("Status sync with peer %s failed: %s", peer_id, result)
@@ -70,7 +69,7 @@ class Mirror:
         return in_flight
 
     def _sync_local(self, job: JobRecord) -> bool:
-        backend = self.backends.get(job.backend_id)
+        backend = self.runners.backend_of(job)
         if backend is None:
             return False
         job_report = backend.status(job.job_id)
@@ -105,11 +104,12 @@ class Mirror:
 
     def log_reader(self, job: JobRecord) -> LogReader | None:
         """How to read the job's new output from whoever runs it (None when nobody does yet)."""
-        if job.direction in RUN_HERE and job.backend_id in self.backends:
-            backend = self.backends[job.backend_id]
+        backend = self.runners.backend_of(job)
+        if backend is not None:
             return lambda j: backend.logs(j.job_id, j.log_cursor, LOG_LINES_PER_TICK)
-        if job.direction is Direction.SENT and job.peer_id in self.peers and job.handoff_state in LOGGED_HANDOFFS:
-            return _peer_reader(self.peers[job.peer_id])
+        peer = self.runners.peer_of(job)
+        if peer is not None and job.handoff_state in LOGGED_HANDOFFS:
+            return _peer_reader(peer)
         return None
 
     def relay_logs(self, jobs: list[JobRecord]) -> None:
@@ -128,9 +128,12 @@ class Mirror:
             for job in by_peer[peer.peer_id]:
                 self.relay(job, _peer_reader(peer))
 
-        for peer_id, result in each_peer({p: self.peers[p] for p in by_peer}, relay_peer, self.timeout_s).items():
+        for peer_id, result in each_peer(self._peers(by_peer), relay_peer, self.timeout_s).items():
             if isinstance(result, BaseException):
                 log.info("Could not relay output from peer %s this tick: %s", peer_id, result)
+
+    def _peers(self, peer_ids: Iterable[str]) -> dict[str, Peer]:
+        return {peer_id: self.runners.peers[peer_id] for peer_id in peer_ids}
 
     def relay(self, job: JobRecord, read: LogReader) -> None:
         try:

@@ -13,8 +13,7 @@ from iris_airflow_provider.core.availability import PeerBackend, PeerState
 from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.ledger import LedgerEntry
 from iris_airflow_provider.core.placement import Promotion
-from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.store.records import CancelOutcome, JobRecord, NewIncarnation, PeerRecord
+from iris_airflow_provider.store.records import CancelOutcome, HandoffRefusal, JobRecord, NewIncarnation, PeerRecord
 from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome
 
 
@@ -61,18 +60,7 @@ class SubmitStore(JobReads, Protocol):
 
     def reincarnate(self, new: NewIncarnation, now_ms: int) -> JobRecord | None: ...
 
-    def transition(
-        self,
-        job_id: str,
-        *,
-        to_state: JobState,
-        now_ms: int,
-        from_states: Sequence[JobState] | None = None,
-        error: str | None = None,
-        exit_code: int | None = None,
-        backend_id: str | None = None,
-        reported: bool = False,
-    ) -> bool: ...
+    def fail_start(self, job_id: str, nonce: str, error: str, now_ms: int) -> bool: ...
 
 
 class CancelStore(JobReads, Protocol):
@@ -120,17 +108,7 @@ class DeliveryStore(Protocol):
 
     def defer_delivery(self, job_id: str, nonce: str, error: str, retry_at_ms: int, now_ms: int) -> bool: ...
 
-    def requeue_handoff(
-        self,
-        job_id: str,
-        nonce: str,
-        *,
-        peer_id: str,
-        reason: str,
-        avoid_until_ms: int,
-        max_requeues: int,
-        now_ms: int,
-    ) -> RequeueOutcome: ...
+    def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome: ...
 
 
 class ServiceStore(MirrorStore, HeartbeatStore, SubmitStore, CancelStore, PlacementStore, DeliveryStore, Protocol):

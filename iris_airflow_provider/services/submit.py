@@ -21,7 +21,7 @@ from iris_airflow_provider.backends.base import (
 from iris_airflow_provider.core.availability import LocalBackend
 from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.router import Decision, Disposition, classify
-from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.core.states import Direction, HandoffState
 from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.ports import SubmitStore
 from iris_airflow_provider.store.records import JobRecord, NewIncarnation, Origin
@@ -138,7 +138,7 @@ class Submitter:
         try:
             report = backend.submit(submission).report
         except (SubmissionRefusedError, AlreadyExistsError) as error:
-            self.store.transition(record.job_id, to_state=JobState.FAILED, now_ms=self.clock(), error=str(error))
+            self.store.fail_start(record.job_id, record.nonce, str(error), self.clock())
             return
         current = self.store.get_job(record.job_id)
         if current is not None and current.nonce == record.nonce and current.cancel_requested:

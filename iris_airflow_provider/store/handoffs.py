@@ -27,7 +27,7 @@ from iris_airflow_provider.store.common import (
     touched,
 )
 from iris_airflow_provider.store.ledger import charge_ledger
-from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
 
 
@@ -127,25 +127,16 @@ class Handoffs(StoreBase):
             event(connection, job_id, now_ms, "delivery_failed", None, HandoffState.PENDING, row[0], detail)
         return True
 
-    def requeue_handoff(
-        self,
-        job_id: str,
-        nonce: str,
-        *,
-        peer_id: str,
-        reason: str,
-        avoid_until_ms: int,
-        max_requeues: int,
-        now_ms: int,
-    ) -> RequeueOutcome:
-        """Send a pending handoff that ``peer_id`` could not take back to the queue, avoiding that peer
-        until ``avoid_until_ms``; once the job has been requeued ``max_requeues`` times, fail it instead.
+    def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome:
+        """Send a pending handoff that its peer could not take back to the queue, avoiding that peer
+        until ``refusal.avoid_until_ms``; once the job has been requeued ``max_requeues`` times, fail it instead.
 
         Either way the peer is remembered as possibly holding this incarnation (an answer may have
         been lost), so it is told to terminate it there; a requeued job goes on under a new nonce.
         Only a handoff still pending on ``peer_id``, uncancelled and not terminal, moves (whether a
         pinned job may move at all is the caller's decision).
         """
+        job_id, nonce, peer_id, reason = refusal.job_id, refusal.nonce, refusal.peer_id, refusal.reason
         with self._write() as connection:
             row = (
                 connection.execute(
@@ -183,7 +174,7 @@ class Handoffs(StoreBase):
                 set_terminal(connection, job_id, now_ms, JobState.FAILED, message, HandoffState.REJECTED, peer_id)
                 return RequeueOutcome.EXHAUSTED
             avoided = {p: until for p, until in (row["avoided_peers"] or {}).items() if until > now_ms}
-            avoided[peer_id] = max(avoid_until_ms, avoided.get(peer_id, 0))
+            avoided[peer_id] = max(refusal.avoid_until_ms, avoided.get(peer_id, 0))
             # A new nonce: the peer it left may hold the old one (terminated there by that nonce), and
             # a later delivery must never be taken there for a replay of what was terminated.
             fresh_nonce = uuid.uuid4().hex
@@ -209,7 +200,7 @@ class Handoffs(StoreBase):
                 job_id,
                 fresh_nonce,
                 f"Back in the queue: peer {peer_id} could not take the job ({detail}); "
-                f"it avoids that peer for {max(0, avoid_until_ms - now_ms) // 1000} s",
+                f"it avoids that peer for {max(0, refusal.avoid_until_ms - now_ms) // 1000} s",
                 now_ms,
             )
         return RequeueOutcome.REQUEUED

@@ -227,6 +227,21 @@ class Jobs(StoreBase):
             event(connection, job_id, now_ms, "state", to_state, row[0], row[1], error or "")
         return True
 
+    def fail_start(self, job_id: str, nonce: str, error: str, now_ms: int) -> bool:
+        """The local backend refused to start incarnation ``nonce``: fail it, unless it already ended
+        or was replaced by a newer incarnation (a re-run must never inherit its predecessor's failure)."""
+        with self._write() as connection:
+            row = connection.execute(
+                jobs.update()
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, not_terminal())
+                .values(state=JobState.FAILED.value, error=error, finished_at_ms=now_ms, **touched(now_ms))
+                .returning(jobs.c.handoff_state, jobs.c.peer_id)
+            ).first()
+            if row is None:
+                return False
+            event(connection, job_id, now_ms, "state", JobState.FAILED, row[0], row[1], error)
+        return True
+
     # Cancels -----------------------------------------------------------------------------------
 
     def request_cancel(self, job_id: str, now_ms: int) -> CancelOutcome:

@@ -186,6 +186,17 @@ class BackendRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class HandoffRefusal:
+    """A peer could not take the incarnation ``nonce`` of ``job_id``: why, and until when to avoid it."""
+
+    job_id: str
+    nonce: str
+    peer_id: str
+    reason: str
+    avoid_until_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CancelOutcome:
     """What a cancel did. ``notify_peer``: the peer to route a cancel to ("" when none)."""
 

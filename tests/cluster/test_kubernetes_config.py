@@ -60,10 +60,10 @@ def test_kubernetes_backends_are_parsed_and_built(tmp_path: Path) -> None:
     assert remote.variant_values == {"gd-8xh100ib-i128": "h100"}  # variants are lowercased
     local = build_local_backends(config)["k8s-local"]
     assert isinstance(local, KubernetesBackend)
-    assert (local.conn_id, local.policy.variant, local.queue_name) == ("kube_local", "h100", "")
+    assert (local.api.conn_id, local.policy.variant, local.queue_name) == ("kube_local", "h100", "")
     [backend] = build_peers(config)["cw-h100"].backends.values()  # type: ignore[attr-defined]
     assert isinstance(backend, KubernetesBackend)
-    assert (backend.conn_id, backend.namespace, backend.files_in, backend.max_files_bytes) == (
+    assert (backend.api.conn_id, backend.api.namespace, backend.files_in, backend.max_files_bytes) == (
         "kube_cw",
         "iris",
         "secret",

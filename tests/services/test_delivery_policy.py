@@ -15,7 +15,7 @@ from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
 from iris_airflow_provider.services.delivery import Delivery
-from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
 from iris_airflow_provider.store.store import RequeueOutcome
 
 NOW = 1_700_000_000_000
@@ -75,10 +75,9 @@ class FakeStore:
         self.calls.append(("defer", job_id, error, retry_at_ms))
         return True
 
-    def requeue_handoff(
-        self, job_id: str, nonce: str, *, peer_id: str, reason: str, avoid_until_ms: int, max_requeues: int, now_ms: int
-    ) -> RequeueOutcome:
-        self.calls.append(("requeue", job_id, peer_id, reason, avoid_until_ms, max_requeues))
+    def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome:
+        r = refusal
+        self.calls.append(("requeue", r.job_id, r.peer_id, r.reason, r.avoid_until_ms, max_requeues))
         return self.requeue_outcome
 
 

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
+from iris_airflow_provider.store.records import HandoffRefusal
 from iris_airflow_provider.store.schema import jobs
 from iris_airflow_provider.store.store import FederationStore, RequeueOutcome
 from tests.postgres import scratch_database
@@ -24,15 +25,8 @@ def pending(store: FederationStore, job_id: str = "/alice/train", peer: str = "c
 
 
 def requeue(store: FederationStore, nonce: str, *, peer: str = "cw", budget: int = 3, now: int = NOW + 10):
-    return store.requeue_handoff(
-        "/alice/train",
-        nonce,
-        peer_id=peer,
-        reason="unavailable: connection refused",
-        avoid_until_ms=now + 1_000,
-        max_requeues=budget,
-        now_ms=now,
-    )
+    refusal = HandoffRefusal("/alice/train", nonce, peer, "unavailable: connection refused", now + 1_000)
+    return store.requeue_handoff(refusal, max_requeues=budget, now_ms=now)
 
 
 def test_a_requeued_handoff_is_queued_again_avoiding_its_peer_and_remembered_there(store: FederationStore) -> None:
@@ -84,12 +78,8 @@ def test_only_a_handoff_still_pending_on_that_peer_is_requeued(store: Federation
     assert requeue(store, nonce) is RequeueOutcome.STALE  # the peer has it: it never moves
     cancelled = pending(store, "/alice/cancelled")
     store.request_cancel("/alice/cancelled", NOW + 5)
-    assert (
-        store.requeue_handoff(
-            "/alice/cancelled", cancelled, peer_id="cw", reason="x", avoid_until_ms=0, max_requeues=3, now_ms=NOW + 6
-        )
-        is RequeueOutcome.STALE
-    )
+    refusal = HandoffRefusal("/alice/cancelled", cancelled, "cw", "x", 0)
+    assert store.requeue_handoff(refusal, max_requeues=3, now_ms=NOW + 6) is RequeueOutcome.STALE
     assert store.abandoned_handoffs() == []
     assert store.get_job("/alice/train").handoff_state is HandoffState.HANDED_OFF
 

@@ -254,6 +254,16 @@ class TestLeases:
 
 
 class TestIncarnations:
+    def test_a_refused_start_fails_only_the_incarnation_it_was_for(self, store):
+        first = queue(store)
+        assert not store.fail_start(first.job_id, "a-newer-nonce", "refused", NOW + 1)
+        assert store.get_job(first.job_id).state is JobState.PENDING
+        assert store.fail_start(first.job_id, first.nonce, "refused: no such image", NOW + 2)
+        job = store.get_job(first.job_id)
+        assert (job.state, job.error, job.finished_at_ms) == (JobState.FAILED, "refused: no such image", NOW + 2)
+        assert not store.fail_start(first.job_id, first.nonce, "again", NOW + 3)  # ended: stays as it ended
+        assert store.get_job(first.job_id).error == "refused: no such image"
+
     def test_only_a_finished_job_can_run_again_and_it_starts_from_scratch(self, store):
         first = queue(store)
         assert (

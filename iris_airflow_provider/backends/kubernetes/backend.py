@@ -135,14 +135,6 @@ class KubernetesBackend:
         settings["tolerations"] = [t.model_dump() for t in config.tolerations]
         return cls(config.id, priority_classes=config.band_classes(), class_bands=config.class_bands(), **settings)
 
-    @property
-    def conn_id(self) -> str:
-        return self.api.conn_id
-
-    @property
-    def namespace(self) -> str:
-        return self.api.namespace
-
     # Heartbeat ---------------------------------------------------------------------------------
 
     def capacity(self) -> ClusterCapacity:
@@ -185,7 +177,7 @@ class KubernetesBackend:
                         return outcome
                 if placement is None:
                     placement = self._placement(submission.spec)
-                manifest = self.template.job_manifest(submission, placement, self.namespace)
+                manifest = self.template.job_manifest(submission, placement, self.api.namespace)
                 try:
                     created = self.api.create_job(manifest)
                 except ApiException as error:
@@ -208,7 +200,7 @@ class KubernetesBackend:
         annotations = existing.metadata.annotations or {}
         if annotations.get(JOB_ID_ANNOTATION) != submission.job_id:
             raise AlreadyExistsError(
-                f"Job {existing.metadata.name} in namespace {self.namespace} belongs to "
+                f"Job {existing.metadata.name} in namespace {self.api.namespace} belongs to "
                 f"{annotations.get(JOB_ID_ANNOTATION) or 'something else'}, not {submission.job_id}"
             )
         if annotations.get(NONCE_ANNOTATION) == submission.nonce:
@@ -265,7 +257,7 @@ class KubernetesBackend:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.api.create_files(self.template.files_manifest(job, submission, self.namespace))
+            self.api.create_files(self.template.files_manifest(job, submission, self.api.namespace))
         except ApiException as error:
             if error_status(error) == 409:
                 return  # a replay after the first attempt got this far
