@@ -57,7 +57,7 @@ class Peer:
         }
         return self.receiver.handoff(caller, HandoffRequest.model_validate(request))
 
-    def wait_until_finished(self, job_id: str = "/alice/train") -> JobRecord:
+    def wait_until_finished(self, job_id: str = "marin:/alice/train") -> JobRecord:
         deadline = time.monotonic() + 30
         while True:
             self.federation.tick()

@@ -94,7 +94,10 @@ def advertised_attributes(
 
 
 def job_identity_env(job_id: str, nonce: str, replicas: int, backend_id: str) -> dict[str, str]:
-    """The ``IRIS_*`` variables that tell a replica which job, incarnation and backend it belongs to."""
+    """The ``IRIS_*`` variables that tell a replica which job, incarnation and backend it belongs to.
+
+    ``job_id`` is the job's cluster-invariant id (its spec's, the one its submitter knows), also on a
+    peer that keeps it under a namespaced key: a checkpoint path built from it survives a move."""
     return {
         "IRIS_JOB_ID": job_id,
         "IRIS_JOB_NONCE": nonce,

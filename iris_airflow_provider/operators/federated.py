@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowTaskTimeout
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.ownership import OwnershipError, check_namespace, qualified_job_id, user_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import SECTION, default_conn_id, get_federation
@@ -33,7 +34,7 @@ from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobL
 from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
 from iris_airflow_provider.services.submit import IdentityError
 from iris_airflow_provider.store.async_store import JobSnapshot
-from iris_airflow_provider.store.records import JobRecord, Origin, pending_reason_history
+from iris_airflow_provider.store.records import JobRecord, Origin, current_incarnation, pending_reason_history
 from iris_airflow_provider.triggers.federation import (
     DEFAULT_POLL_INTERVAL,
     FederationJobTrigger,
@@ -59,7 +60,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
 
     :param job: the job: a dict (or its JSON), or a ``JobSpec``; templated, so a REST-triggered
         run can pass it in ``conf`` (``job="{{ dag_run.conf['job'] | tojson }}"``). Without a
-        ``job_id`` the job is ``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``.
+        ``job_id`` the job is ``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``. A given
+        ``job_id`` must be in the submitter's namespace, ``/<submitter>/<name>`` (a bare ``<name>``
+        is placed there); it belongs to this DAG and task, so only they reattach to or re-run it.
     :param target_cluster: pin the job to this peer (templated); it queues there even when it
         could run locally.
     :param submitter: the accountable user for scheduled runs; REST and UI runs use the
@@ -124,7 +127,14 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         document = dict(document)
         if self.target_cluster:
             document["target_cluster"] = self.target_cluster
-        if not document.get("job_id"):
+        user = self.submitting_user(context)
+        if document.get("job_id"):
+            document["job_id"] = qualified_job_id(str(document["job_id"]), user)
+            try:
+                check_namespace(document["job_id"], user)
+            except OwnershipError as error:
+                raise AirflowFailException(f"Invalid job:\n{error}") from None
+        else:
             document["job_id"] = self.derived_job_id(context)
         if self.workdir:
             try:
@@ -144,7 +154,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
 
     def derived_job_id(self, context: Context) -> str:
         ti = context["ti"]
-        user = _UNSAFE.sub("_", self.submitting_user(context) or "airflow")
+        user = user_namespace(self.submitting_user(context))
         name = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}"
         if getattr(ti, "map_index", -1) not in (-1, None):
             name += f".{ti.map_index}"
@@ -165,7 +175,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
                 submitting_user=self.submitting_user(context),
                 origin=Origin(ti.dag_id, ti.run_id, ti.task_id, getattr(ti, "map_index", -1)),
             )
-        except IdentityError as error:
+        except (IdentityError, OwnershipError) as error:
             raise AirflowFailException(str(error)) from None
         decision = submitted.decision
         if decision.disposition is Disposition.REJECT or submitted.job is None:
@@ -241,7 +251,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             "state": job.state.value,
             "exit_code": job.exit_code,
             "error": job.error,
-            "pending_reasons": pending_reason_history(job.direction, store.events(job_id)),
+            "pending_reasons": pending_reason_history(job.direction, current_incarnation(store.events(job_id))),
             "url": job_url(job.job_id),
         }
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 
 class IrisFederatedJobSensor(BaseSensorOperator):
-    """:param job_id: the job to watch (templated). :param until: ``accepted``, ``running`` or ``completion``."""
+    """:param job_id: the job to watch (templated). :param until: ``accepted``, ``running`` or ``completion``.
+    :param watch_dag_ids: besides its own DAG's, the DAGs whose jobs this sensor may watch (not
+        templated: the DAG's author decides, not a run's ``conf``). A job submitted by any other
+        DAG is treated as missing, so a run cannot peek at another user's job by naming its id.
+    """
 
     template_fields: Sequence[str] = ("job_id",)
     operator_extra_links = (FederationJobLink(),)
@@ -37,6 +41,7 @@ class IrisFederatedJobSensor(BaseSensorOperator):
         conn_id: str | None = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         deferrable: bool | None = None,
+        watch_dag_ids: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
@@ -48,11 +53,16 @@ class IrisFederatedJobSensor(BaseSensorOperator):
         self.conn_id = conn_id or default_conn_id()
         self.poll_interval = float(poll_interval)
         self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.watch_dag_ids = tuple(watch_dag_ids)
 
     def poke(self, context: Context) -> bool:
         job = get_federation(self.conn_id).store.get_job(self.job_id)
-        if job is None:
-            raise AirflowException(f"Job {self.job_id} is not in the federation store")
+        watchable = {context["ti"].dag_id, *self.watch_dag_ids}
+        if job is None or job.origin is None or job.origin.dag_id not in watchable:
+            raise AirflowException(
+                f"Job {self.job_id} is not in the federation store, or was not submitted by this DAG "
+                "(or one in the sensor's watch_dag_ids)"
+            )
         self.log.info(describe_record(job))
         if job.terminal:
             self._raise_if_bad(job.state, describe_record(job))

@@ -16,7 +16,7 @@ from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.core.waiting import explain_waiting
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.services.placement import placement_snapshot
-from iris_airflow_provider.store.records import JobRecord, pending_reason_history
+from iris_airflow_provider.store.records import JobRecord, current_incarnation, pending_reason_history
 from iris_airflow_provider.store.schema import job_logs
 
 OUTPUT_TAIL_LINES = 100
@@ -91,7 +91,7 @@ _DETAILED_AS_STORED = (
 def job_details(federation: Federation, job: JobRecord, now_ms: int) -> dict[str, Any]:
     """A job's row with its spec, its history of transitions, every pending reason it went through
     and its output tail."""
-    events = federation.store.events(job.job_id)
+    events = current_incarnation(federation.store.events(job.job_id))
     details = job_row(job, now_ms)
     details.update({name: getattr(job, name) for name in _DETAILED_AS_STORED})
     details.update(
@@ -110,14 +110,19 @@ def job_details(federation: Federation, job: JobRecord, now_ms: int) -> dict[str
             for e in events
         ],
         pending_reasons=pending_reason_history(job.direction, events),
-        output_tail=output_tail(federation, job.job_id),
+        output_tail=output_tail(federation, job),
     )
     return details
 
 
-def output_tail(federation: Federation, job_id: str, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
-    """The last ``lines`` lines of the job's relayed output, oldest first."""
-    query = sa.select(job_logs.c.line).where(job_logs.c.job_id == job_id).order_by(job_logs.c.seq.desc()).limit(lines)
+def output_tail(federation: Federation, job: JobRecord, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of the relayed output of the job's current incarnation, oldest first."""
+    query = (
+        sa.select(job_logs.c.line)
+        .where(job_logs.c.job_id == job.job_id, job_logs.c.nonce == job.nonce)
+        .order_by(job_logs.c.seq.desc())
+        .limit(lines)
+    )
     with federation.store.engine.connect() as connection, connection.begin():
         return [row[0] for row in connection.execute(query)][::-1]
 

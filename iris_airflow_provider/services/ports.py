@@ -111,5 +111,13 @@ class DeliveryStore(Protocol):
     def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome: ...
 
 
-class ServiceStore(MirrorStore, HeartbeatStore, SubmitStore, CancelStore, PlacementStore, DeliveryStore, Protocol):
+class LeaseStore(Protocol):
+    def acquire_lease(self, name: str, holder: str, now_ms: int, ttl_ms: int) -> bool: ...
+
+    def release_lease(self, name: str, holder: str) -> None: ...
+
+
+class ServiceStore(
+    LeaseStore, MirrorStore, HeartbeatStore, SubmitStore, CancelStore, PlacementStore, DeliveryStore, Protocol
+):
     """Everything the federation services use (the real store)."""

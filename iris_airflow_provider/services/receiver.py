@@ -3,8 +3,9 @@
 A handoff is authorized as a peer-to-peer delivery, not as a user submission: the caller's signed
 identity must be the requester it names, and the submitting user it asserts must be admitted by
 this cluster's ``allowed_submitters``. No client-freshness style gate is applied (the parent
-already gated its user). The job is admitted under the parent's job id, idempotently by
-(requester, nonce), runs on a local backend and never re-federates. The parent then pulls what
+already gated its user). The job is admitted under the parent's job id, kept here in the
+requester's namespace (``<requester>:<job id>``, so peers' ids never meet each other's or local
+ones), idempotently by (requester, nonce), runs on a local backend and never re-federates. The parent then pulls what
 changed (``sync``), may cancel (``terminate``) and read logs, but only for jobs it handed off.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import sqlalchemy as sa
 
@@ -19,6 +21,7 @@ from iris_airflow_provider.backends.base import Backend, ReplicaReport, now_ms
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.ownership import received_job_key, wire_job_id
 from iris_airflow_provider.core.states import Direction
 from iris_airflow_provider.core.wire import BackendSummary
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
@@ -49,7 +52,8 @@ SYNC_LIMIT = 10_000
 
 
 def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
-    """A job as the peer API reports it; with ``backends``, its replicas as the backend running it sees them."""
+    """A received job as the peer API reports it to its requester (under the id the requester knows);
+    with ``backends``, its replicas as the backend running it sees them."""
     replicas: tuple[ReplicaReport, ...] = ()
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
@@ -60,7 +64,8 @@ def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) ->
             report = None
         if report is not None and report.nonce == job.nonce:
             replicas = report.replicas
-    return JobStatus.of(job.report(replicas))
+    report = job.report(replicas)
+    return JobStatus.of(replace(report, job_id=wire_job_id(job.peer_id, job.job_id)))
 
 
 class Receiver:
@@ -102,6 +107,8 @@ class Receiver:
 
     def _admit(self, caller: str, request: HandoffRequest, spec: JobSpec, backend_id: str) -> HandoffResponse:
         # What a new incarnation here starts from, whether the job id is new or a finished one's.
+        # It is kept in the caller's own namespace: no other peer's job, nor a local one, can be
+        # met (or learnt of) under its id.
         new = NewIncarnation(
             spec,
             direction=Direction.RECEIVED,
@@ -110,17 +117,14 @@ class Receiver:
             peer_id=caller,
             backend_id=backend_id,
             nonce=request.nonce,
+            key=received_job_key(caller, spec.job_id),
         )
-        existing = self.store.get_job(spec.job_id)
+        existing = self.store.get_job(new.job_id)
         if existing is None:
             admission = self.store.admit(new, self.clock())
             if not admission.created:  # a concurrent delivery won the insert: judge against it
                 return self._admit(caller, request, spec, backend_id)
             job, replay = admission.job, False
-        elif existing.direction is not Direction.RECEIVED or existing.peer_id != caller:
-            raise PeerError(
-                PeerErrorCode.ALREADY_EXISTS, f"Job {spec.job_id} already exists and was not handed off by {caller!r}"
-            )
         elif existing.nonce == request.nonce:
             # A replay (the parent did not hear our first answer): same job. Re-report it, so a
             # parent whose cursor already passed its events still converges.
@@ -196,7 +200,7 @@ class Receiver:
     # What the parent may ask about jobs it handed off ------------------------------------------
 
     def _handed_by(self, caller: str, job_id: str) -> JobRecord:
-        job = self.store.get_job(job_id)
+        job = self.store.get_job(received_job_key(caller, job_id))
         if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
             raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} not found")
         return job
@@ -216,7 +220,7 @@ class Receiver:
         for job_id, _ in changes:
             job = records.get(job_id)
             if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
-                deltas.append(JobStatus(job_id=job_id, nonce="", state="killed", tombstone=True))
+                deltas.append(JobStatus(job_id=wire_job_id(caller, job_id), nonce="", state="killed", tombstone=True))
             else:
                 deltas.append(job_status(job, self.backends))
         return SyncResponse(deltas=deltas, next_cursor=str(latest))
@@ -227,15 +231,15 @@ class Receiver:
             raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} is not here as incarnation {nonce}")
         if job.terminal:
             # Already over: re-report it anyway, so a parent whose mirror is stuck converges.
-            self.store.record_event(job_id, "rereported", self.clock())
+            self.store.record_event(job.job_id, "rereported", self.clock())
         else:
-            self.federation.cancel(job_id)  # recorded, and the backend running it told now, not next tick
-        return job_status(self.store.get_job(job_id) or job)
+            self.federation.cancel(job.job_id)  # recorded, and the backend running it told now, not next tick
+        return job_status(self.store.get_job(job.job_id) or job)
 
     def logs(self, caller: str, job_id: str, cursor: str, max_lines: int) -> LogsResponse:
         job = self._handed_by(caller, job_id)
         backend = self.backends.get(job.backend_id)
         if backend is None:
             return LogsResponse(lines=[], next_cursor=cursor)
-        chunk = backend.logs(job_id, cursor, max(1, min(max_lines, 5000)))
+        chunk = backend.logs(job.job_id, cursor, max(1, min(max_lines, 5000)))
         return LogsResponse(lines=list(chunk.lines), next_cursor=chunk.next_cursor, truncated=chunk.truncated)

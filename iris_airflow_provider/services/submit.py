@@ -20,11 +20,12 @@ from iris_airflow_provider.backends.base import (
 )
 from iris_airflow_provider.core.availability import LocalBackend
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.ownership import may_claim, taken
 from iris_airflow_provider.core.router import Decision, Disposition, classify
 from iris_airflow_provider.core.states import Direction, HandoffState
 from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.ports import SubmitStore
-from iris_airflow_provider.store.records import JobRecord, NewIncarnation, Origin
+from iris_airflow_provider.store.records import JobRecord, NewIncarnation, Origin, owner_of
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,15 @@ class Submitter:
     ) -> Submitted:
         """Classify a whole job and enqueue it (QUEUE), start it here (LOCAL), or say why not (REJECT).
 
-        Idempotent per job id: while a job with this id is live, submitting it again reattaches to
-        it; once it has finished, submitting runs it again as a new incarnation.
+        Idempotent per job id, for the job's owner (its DAG, task and user): while the job is live,
+        submitting it again reattaches to it; once it has finished, submitting runs it again as a
+        new incarnation. Anyone else naming the id gets ``OwnershipError``, and nothing is written.
         """
         spec = spec.with_default_region(self.default_region)
+        claimant = owner_of(origin, submitting_user)
         existing = self.store.get_job(spec.job_id)
+        if existing is not None and not may_claim(existing.owner, claimant):
+            raise taken(spec.job_id)
         if existing is not None and not existing.terminal:
             return Submitted(_decision_of(existing), existing, reattached=True)
         decision = self.classify(spec)
@@ -113,8 +118,10 @@ class Submitter:
         else:
             admission = self.store.admit(new, self.clock())
             record = admission.job if admission.created else None
-        if record is None:  # someone else submitted it between our read and our write: join them
+        if record is None:  # submitted again between our read and our write: join it if it is ours
             current = self.store.get_job(spec.job_id)
+            if current is not None and not may_claim(current.owner, claimant):
+                raise taken(spec.job_id)
             return Submitted(_decision_of(current) if current else decision, current, reattached=True)
         if local:
             self.start_local(record, spec)

@@ -8,6 +8,7 @@ this one only sequences them.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,6 +23,15 @@ from iris_airflow_provider.services.placement import Placement
 from iris_airflow_provider.services.ports import ServiceStore
 
 log = logging.getLogger(__name__)
+
+TICK_LEASE = "placement-tick"
+# Longer than any step takes (each step renews it), short enough that a killed tick's lease is
+# taken over within a couple of scheduled ticks.
+TICK_LEASE_MS = 120_000
+
+
+class LeaseLostError(Exception):
+    """This tick held the lease too long: another may have started, so this one stops."""
 
 
 @dataclass
@@ -38,11 +48,14 @@ class TickReport:
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
     pending: int = 0
     duration_ms: int = 0
+    skipped: str = ""  # why this tick did nothing (another tick held the lease), or "" when it ran
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self) -> str:
+        if self.skipped:
+            return f"skipped: {self.skipped}"
         parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
         for name in ("expired", "promoted", "delivered", "rejected", "retrying", "requeued", "reported", "cancelled"):
             items: list[str] = getattr(self, name)
@@ -64,25 +77,50 @@ class Tick:
     timeout_s: float  # for peers asked about abandoned incarnations
 
     def run(self, task_states: TaskStates | None = None) -> TickReport:
-        """One pass of each step. With ``task_states`` (Airflow's view of the tasks that submitted
-        jobs), jobs whose task has failed are cancelled first."""
+        """One pass of each step, under the tick lease: however ticks are started (the schedule, a
+        manual trigger, a second deployment on the same store), two never overlap; the second skips.
+        With ``task_states`` (Airflow's view of the tasks that submitted jobs), jobs whose task has
+        failed are cancelled first."""
         report = TickReport(started_at_ms=self.clock())
+        holder = uuid.uuid4().hex
+        if not self.store.acquire_lease(TICK_LEASE, holder, self.clock(), TICK_LEASE_MS):
+            report.skipped = f"another tick holds the {TICK_LEASE} lease"
+            log.info("Federation tick: %s", report.summary())
+            return report
+        try:
+            self._steps(report, task_states, holder)
+        except LeaseLostError as lost:
+            report.skipped = str(lost)
+            log.warning("Federation tick stopped early: %s", lost)
+        finally:
+            self.store.release_lease(TICK_LEASE, holder)
+        report.duration_ms = self.clock() - report.started_at_ms
+        log.info("Federation tick: %s", report.summary())
+        return report
+
+    def _renew(self, holder: str, step: str) -> None:
+        """Extend the lease before a step that writes; a tick that outlived its lease stops there."""
+        if not self.store.acquire_lease(TICK_LEASE, holder, self.clock(), TICK_LEASE_MS):
+            raise LeaseLostError(f"the {TICK_LEASE} lease expired before {step}; another tick may be running")
+
+    def _steps(self, report: TickReport, task_states: TaskStates | None, holder: str) -> None:
         if task_states is not None:
             report.cancelled += cancel_orphans(self.store, task_states, self.cancels.cancel)
         report.heartbeats = self.heartbeats.all()
+        self._renew(holder, "placement")
         self.store.prune_ledger()
         report.expired = self.store.expire_queued(self.clock())
         placed = self.placement.place()
         report.promoted, report.pending = placed.promoted, placed.pending
+        self._renew(holder, "delivery")
         delivered = self.delivery.deliver()
         report.delivered += delivered.delivered
         report.rejected += delivered.rejected
         report.retrying += delivered.retrying
         report.requeued += delivered.requeued
+        self._renew(holder, "sync")
         in_flight = self.mirror.sync(report.reported)
         self.mirror.relay_logs(in_flight)
+        self._renew(holder, "cancel re-drive")
         report.cancelled += self.cancels.redrive()
         report.cancelled += terminate_abandoned(self.store, self.heartbeats.peers, self.clock, self.timeout_s)
-        report.duration_ms = self.clock() - report.started_at_ms
-        log.info("Federation tick: %s", report.summary())
-        return report

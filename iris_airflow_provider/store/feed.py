@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from iris_airflow_provider.core.ownership import received_job_key
 from iris_airflow_provider.core.states import Direction
 from iris_airflow_provider.store.common import StoreBase, insert
 from iris_airflow_provider.store.records import JobRecord
@@ -18,11 +19,14 @@ class Feed(StoreBase):
             return [JobRecord.from_row(row) for row in connection.execute(query.order_by(jobs.c.job_id)).mappings()]
 
     def received_changes(self, requester: str, *, after_seq: int, limit: int = 10_000) -> list[tuple[str, int]]:
-        """Jobs received from ``requester`` with history events after ``after_seq``, as (job id, seq of
-        its newest event), oldest change first."""
+        """Jobs received from ``requester`` (those in its namespace, whatever became of them) with history
+        events after ``after_seq``, as (job key, seq of its newest event), oldest change first."""
         query = (
             sa.select(job_events.c.job_id, sa.func.max(job_events.c.seq).label("last"))
-            .where(job_events.c.seq > after_seq, job_events.c.peer_id == requester)
+            .where(
+                job_events.c.seq > after_seq,
+                job_events.c.job_id.startswith(received_job_key(requester, ""), autoescape=True),
+            )
             .group_by(job_events.c.job_id)
             .order_by(sa.text("last"))
             .limit(limit)

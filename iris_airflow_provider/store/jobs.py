@@ -46,7 +46,7 @@ class Jobs(StoreBase):
             # RETURNING, not rowcount: drivers disagree on rowcount for INSERT ... ON CONFLICT.
             inserted = connection.execute(
                 insert(connection, jobs)
-                .values(job_id=new.spec.job_id, updated_at_ms=now_ms, **values)
+                .values(job_id=new.job_id, updated_at_ms=now_ms, **values)
                 .on_conflict_do_nothing(index_elements=["job_id"])
                 .returning(jobs.c.job_id)
             ).first()
@@ -54,7 +54,7 @@ class Jobs(StoreBase):
                 handoff = values["handoff_state"]
                 event(
                     connection,
-                    new.spec.job_id,
+                    new.job_id,
                     now_ms,
                     "admitted",
                     JobState.PENDING,
@@ -62,20 +62,21 @@ class Jobs(StoreBase):
                     new.peer_id,
                     new.direction,
                 )
-            row = connection.execute(sa.select(jobs).where(jobs.c.job_id == new.spec.job_id)).mappings().one()
+            row = connection.execute(sa.select(jobs).where(jobs.c.job_id == new.job_id)).mappings().one()
         return Admission(JobRecord.from_row(row), created=inserted is not None)
 
     def reincarnate(self, new: NewIncarnation, now_ms: int) -> JobRecord | None:
         """Run a finished job again under its id, as a new incarnation (a fresh nonce, or the one given).
 
-        Only a terminal job can be reincarnated; returns None when the job is missing or still live.
+        Only a terminal job can be reincarnated, and only by its owner (a received job: by the peer
+        that handed it over); returns None when the job is missing, still live or someone else's.
         """
         values = incarnation(new, now_ms)
         with self._write() as connection:
             row = (
                 connection.execute(
                     jobs.update()
-                    .where(jobs.c.job_id == new.spec.job_id, jobs.c.state.in_(TERMINAL_VALUES))
+                    .where(jobs.c.job_id == new.job_id, jobs.c.state.in_(TERMINAL_VALUES), owned_by(new))
                     .values(**values, **touched(now_ms))
                     .returning(*jobs.c)
                 )
@@ -87,7 +88,7 @@ class Jobs(StoreBase):
             handoff = values["handoff_state"]
             event(
                 connection,
-                new.spec.job_id,
+                new.job_id,
                 now_ms,
                 "resubmitted",
                 JobState.PENDING,
@@ -290,6 +291,20 @@ def request_cancel(connection: sa.Connection, job_id: str, now_ms: int) -> Cance
     # A pending handoff may have been delivered already: tell its peer too (best effort, re-driven).
     notify = peer_id if direction is Direction.SENT and handoff != HandoffState.QUEUED else ""
     return CancelOutcome(found=True, killed=killed, direction=direction, notify_peer=notify)
+
+
+def owned_by(new: NewIncarnation) -> sa.ColumnElement[bool]:
+    """The job's stored owner is the new incarnation's: for a received job its peer, else its DAG,
+    task and accountable user."""
+    if new.direction is Direction.RECEIVED:
+        return sa.and_(jobs.c.direction == Direction.RECEIVED.value, jobs.c.peer_id == new.peer_id)
+    owner = new.owner
+    return sa.and_(
+        jobs.c.direction != Direction.RECEIVED.value,
+        sa.func.coalesce(jobs.c.origin_dag_id, "") == owner.dag_id,
+        sa.func.coalesce(jobs.c.origin_task_id, "") == owner.task_id,
+        jobs.c.submitting_user == owner.user,
+    )
 
 
 def incarnation(new: NewIncarnation, now_ms: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from iris_airflow_provider.core.job_report import JobReport, ReplicaReport, projected
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.ownership import Owner
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState, SeenState, pending_reason
 
 
@@ -34,6 +35,21 @@ class NewIncarnation:
     backend_id: str = ""
     nonce: str | None = None
     origin: Origin | None = None
+    key: str = ""  # where the store keeps it, when not under its spec's id (a received job's namespaced key)
+
+    @property
+    def job_id(self) -> str:
+        return self.key or self.spec.job_id
+
+    @property
+    def owner(self) -> Owner:
+        return owner_of(self.origin, self.submitting_user)
+
+
+def owner_of(origin: Origin | None, submitting_user: str) -> Owner:
+    """What owns a job submitted from ``origin`` by ``submitting_user`` (no origin: a job submitted
+    outside a task, owned by its user alone)."""
+    return Owner(origin.dag_id if origin else "", origin.task_id if origin else "", submitting_user)
 
 
 ORIGIN_PARTS = ("dag_id", "run_id", "task_id", "map_index")  # columns origin_<part>
@@ -102,6 +118,10 @@ class JobRecord:
     def terminal(self) -> bool:
         return self.state.terminal
 
+    @property
+    def owner(self) -> Owner:
+        return owner_of(self.origin, self.submitting_user)
+
     def report(self, replicas: tuple[ReplicaReport, ...] = ()) -> JobReport:
         """Where this incarnation stands, as the one job-state value (replicas come from its backend)."""
         return projected(self, JobReport, replicas=replicas)
@@ -136,12 +156,22 @@ class JobEvent:
     detail: str
 
 
+INCARNATION_STARTS = ("admitted", "resubmitted")
+
+
+def current_incarnation(events: list[JobEvent]) -> list[JobEvent]:
+    """The history of the job's latest incarnation: from its last admission or rerun on. What an
+    earlier run did is not the concern of whoever looks at this one."""
+    starts = [index for index, event in enumerate(events) if event.kind in INCARNATION_STARTS]
+    return events[starts[-1] :] if starts else events
+
+
 def pending_reason_history(direction: Direction, events: list[JobEvent]) -> list[str]:
     """Every pending reason a job went through, in order, replayed from its history events."""
     state, handoff, peer_id, backend_id, reported = JobState.PENDING, None, "", "", False
     history: list[str] = []
     for event in events:
-        if event.kind in ("admitted", "resubmitted"):
+        if event.kind in INCARNATION_STARTS:
             state, reported = JobState.PENDING, False
             handoff = HandoffState(event.handoff_state) if event.handoff_state else None
         elif event.kind == "requeued":  # back in the queue, no peer chosen; its peer_id is the one it left

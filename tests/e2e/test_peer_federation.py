@@ -126,6 +126,11 @@ def job_of(deployment: AirflowDeployment, run_id: str) -> str:
     return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
 
 
+def on_peer(job_id: str) -> str:
+    """Where the peer keeps a job marin handed it: in marin's namespace."""
+    return f"marin:{job_id}"
+
+
 def runner_runs(peer: AirflowDeployment, job_id: str) -> list[dict[str, Any]]:
     runs = peer.api("GET", f"/api/v2/dags/{RUNNER_DAG_ID}/dagRuns", params={"limit": 100}).json()["dag_runs"]
     return [run for run in runs if (run.get("conf") or {}).get("job_id") == job_id]
@@ -148,10 +153,10 @@ def test_a_job_triggered_on_the_parent_runs_on_the_peer_under_the_same_id(federa
     result = parent.xcom("e2e_job", run, "run")
     assert (result["peer_id"], result["state"]) == ("cw-east", "succeeded")
     mirrored = federation.parent_store.get_job(job_id)
-    received = federation.peer_store.get_job(job_id)
+    received = federation.peer_store.get_job(on_peer(job_id))
     assert (received.direction, received.peer_id, received.submitting_user) == (Direction.RECEIVED, "marin", "alice")
     assert received.nonce == mirrored.nonce and received.state is JobState.SUCCEEDED
-    (runner,) = runner_runs(peer, job_id)
+    (runner,) = runner_runs(peer, on_peer(job_id))
     assert runner["state"] == "success" and runner["triggering_user_name"] == "alice"
     # The peer's output came back into the parent task's log, files included.
     log = parent.task_log("e2e_job", run, "run")
@@ -170,8 +175,8 @@ def test_a_submitter_the_peer_does_not_admit_is_rejected_and_nothing_runs_there(
     assert (
         job.error == "Peer cw-east rejected the handoff: Submitter 'bob' is not admitted for federation to this cluster"
     )
-    assert federation.peer_store.get_job(job_id) is None
-    assert runner_runs(federation.peer, job_id) == []
+    assert federation.peer_store.get_job(on_peer(job_id)) is None
+    assert runner_runs(federation.peer, on_peer(job_id)) == []
     assert "Peer cw-east rejected the handoff" in federation.parent.task_log("e2e_job", run, "run")
 
 
@@ -230,13 +235,15 @@ def test_cancelling_on_the_parent_kills_the_job_on_the_peer(federation):
     federation.parent.wait_for_task_state("e2e_job", run, "run", ("deferred",))
     job_id = job_of(federation.parent, run)
     _wait(
-        lambda: (j := federation.peer_store.get_job(job_id)) is not None and j.state is JobState.RUNNING,
+        lambda: (j := federation.peer_store.get_job(on_peer(job_id))) is not None and j.state is JobState.RUNNING,
         "the job to run on the peer",
     )
     federation.parent.set_run_state("e2e_job", run, "failed")
-    _wait(lambda: federation.peer_store.get_job(job_id).state is JobState.KILLED, "the peer to kill the job")
+    _wait(lambda: federation.peer_store.get_job(on_peer(job_id)).state is JobState.KILLED, "the peer to kill the job")
     _wait(lambda: federation.parent_store.get_job(job_id).state is JobState.KILLED, "the parent to mirror it")
-    _wait(lambda: runner_runs(federation.peer, job_id)[0]["state"] == "failed", "the peer's runner run to fail")
+    _wait(
+        lambda: runner_runs(federation.peer, on_peer(job_id))[0]["state"] == "failed", "the peer's runner run to fail"
+    )
 
 
 def test_a_handoff_whose_answer_is_lost_while_the_peer_api_server_restarts_is_delivered_once(federation):
@@ -256,13 +263,13 @@ def test_a_handoff_whose_answer_is_lost_while_the_peer_api_server_restarts_is_de
     assert federation.parent.wait_for_run("e2e_job", run, timeout=240) == "success"
     # Whether the parent learnt of the delivery by replaying it or from the peer's next report,
     # the peer admitted it once, recorded one run, and ran it once.
-    kinds = [e.kind for e in federation.peer_store.events(job_id)]
+    kinds = [e.kind for e in federation.peer_store.events(on_peer(job_id))]
     assert kinds.count("admitted") == 1 and "resubmitted" not in kinds
-    assert len(runner_runs(peer, job_id)) == 1
-    assert federation.peer_store.get_job(job_id).nonce == federation.parent_store.get_job(job_id).nonce
+    assert len(runner_runs(peer, on_peer(job_id))) == 1
+    assert federation.peer_store.get_job(on_peer(job_id)).nonce == federation.parent_store.get_job(job_id).nonce
     jobs_dir = peer.home / "iris" / "cw-east" / "default" / "jobs"
-    incarnations = list(jobs_dir.glob(job_directory_name(job_id) + "*"))
-    assert incarnations == [jobs_dir / job_directory_name(job_id)]
+    incarnations = list(jobs_dir.glob(job_directory_name(on_peer(job_id)) + "*"))
+    assert incarnations == [jobs_dir / job_directory_name(on_peer(job_id))]
     assert json.loads((incarnations[0] / "status.json").read_text())["attempts"] == 1
 
 
@@ -270,10 +277,13 @@ def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federati
     job = gpu("echo incarnation $IRIS_JOB_NONCE", job_id="/alice/nightly-eval")
     first = federation.parent.trigger("e2e_job", {"job": job}, user="alice")
     assert federation.parent.wait_for_run("e2e_job", first) == "success"
-    first_nonce = federation.peer_store.get_job("/alice/nightly-eval").nonce
+    first_nonce = federation.peer_store.get_job(on_peer("/alice/nightly-eval")).nonce
     second = federation.parent.trigger("e2e_job", {"job": job}, user="alice")
     assert federation.parent.wait_for_run("e2e_job", second) == "success"
-    received = federation.peer_store.get_job("/alice/nightly-eval")
+    received = federation.peer_store.get_job(on_peer("/alice/nightly-eval"))
     assert received.nonce != first_nonce and received.state is JobState.SUCCEEDED
     assert "resubmitted" in [e.kind for e in federation.parent_store.events("/alice/nightly-eval")]
-    assert sorted(r["state"] for r in runner_runs(federation.peer, "/alice/nightly-eval")) == ["success", "success"]
+    assert sorted(r["state"] for r in runner_runs(federation.peer, on_peer("/alice/nightly-eval"))) == [
+        "success",
+        "success",
+    ]

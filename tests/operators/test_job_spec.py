@@ -54,3 +54,21 @@ def test_a_bad_field_fails_the_task_naming_the_field_and_the_accepted_values(tmp
     with pytest.raises(AirflowFailException, match=r"job\.priority_band") as caught:
         task.job_spec(context)
     assert "production" in str(caught.value) and "batch" in str(caught.value)
+
+
+def test_a_bare_job_id_goes_under_the_submitters_namespace(tmp_path: Path) -> None:
+    task, context = operator(tmp_path, job={"job_id": "nightly-eval", "command": "true"})
+    assert task.job_spec(context).job_id == "/alice@example.com/nightly-eval"
+    task, context = operator(tmp_path, job={"job_id": "/alice@example.com/nightly-eval", "command": "true"})
+    assert task.job_spec(context).job_id == "/alice@example.com/nightly-eval"
+
+
+@pytest.mark.parametrize("job_id", ["/bob/train", "/alice/train", "/airflow/train"])
+def test_a_job_id_in_another_users_namespace_fails_the_task_before_anything_is_written(
+    tmp_path: Path, job_id: str
+) -> None:
+    task, context = operator(tmp_path, job={"job_id": job_id, "command": "true"})
+    with pytest.raises(AirflowFailException) as caught:
+        task.job_spec(context)
+    assert f"job_id {job_id!r} is outside the submitter's namespace" in str(caught.value)
+    assert "/alice@example.com/<name>" in str(caught.value)

@@ -116,7 +116,7 @@ def test_a_job_is_delivered_replayed_synced_and_its_output_read(url: str, peer: 
     first = transport.deliver(handoff())
     assert first.nonce == "n1" and first.state in (JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED)
     assert transport.deliver(handoff()).nonce == "n1"  # a replay: same job, nothing new
-    assert peer.runs == [("/alice/train", "n1")]
+    assert peer.runs == [("marin:/alice/train", "n1")]
     peer.wait_until_finished()
     result = transport.sync(["/alice/train"], "")
     report = result.reports["/alice/train"]
@@ -137,7 +137,7 @@ def test_cancel_stops_a_running_job_and_a_job_never_handed_off_is_not_found(url:
     transport = marin(url)
     transport.deliver(handoff(command="sleep 30"))
     assert transport.cancel("/alice/train", "another-incarnation") is False
-    assert not peer.store.get_job("/alice/train").cancel_requested
+    assert not peer.store.get_job("marin:/alice/train").cancel_requested
     assert transport.cancel("/alice/train", "n1") is True
     assert peer.wait_until_finished().state is JobState.KILLED
     assert transport.cancel("/alice/never") is False
@@ -178,7 +178,7 @@ def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str, peer: Peer)
     west = AirflowPeer("cw-east", url, TokenMinter("cw-west", OTHER_PRIVATE))
     assert "/alice/train" not in west.sync(["/alice/train"], "").reports
     assert west.cancel("/alice/train") is False
-    assert not peer.store.get_job("/alice/train").cancel_requested
+    assert not peer.store.get_job("marin:/alice/train").cancel_requested
     refused(lambda: west.logs("/alice/train", "", 10), PeerErrorCode.NOT_FOUND)
 
 

@@ -15,6 +15,8 @@ from iris_airflow_provider.services import receiver as receiver_module
 from iris_airflow_provider.store.store import FederationStore
 from tests.receiving_peer import Peer, stop_all_jobs
 
+KEY = "marin:/alice/train"  # where the peer keeps marin's /alice/train
+
 
 @pytest.fixture
 def peer(tmp_path: Path, store: FederationStore) -> Iterator[Peer]:
@@ -33,14 +35,14 @@ def refused(call: Any, code: PeerErrorCode) -> str:
 def test_a_handoff_is_admitted_under_the_parents_id_started_here_and_recorded_as_a_run(peer: Peer) -> None:
     answer = peer.handoff()
     assert not answer.replay and answer.job.nonce == "n1"
-    job = peer.store.get_job("/alice/train")
+    job = peer.store.get_job(KEY)
     assert (job.direction, job.peer_id, job.submitting_user, job.backend_id) == (
         Direction.RECEIVED,
         "marin",
         "alice@example.com",
         "default",
     )
-    assert peer.runs == [("/alice/train", "n1")]
+    assert peer.runs == [(KEY, "n1")]
     assert answer.job.state in (JobState.RUNNING, JobState.SUCCEEDED)  # it started at once
     assert peer.wait_until_finished().state is JobState.SUCCEEDED
 
@@ -49,9 +51,9 @@ def test_the_same_nonce_again_is_a_replay_of_the_same_job(peer: Peer) -> None:
     peer.handoff()
     again = peer.handoff()
     assert again.replay and again.job.nonce == "n1"
-    kinds = [e.kind for e in peer.store.events("/alice/train")]
+    kinds = [e.kind for e in peer.store.events(KEY)]
     assert kinds.count("admitted") == 1 and "replayed" in kinds
-    assert peer.runs == [("/alice/train", "n1")]
+    assert peer.runs == [(KEY, "n1")]
 
 
 def test_a_new_nonce_is_refused_while_the_job_runs_and_becomes_a_new_incarnation_after(peer: Peer) -> None:
@@ -61,14 +63,24 @@ def test_a_new_nonce_is_refused_while_the_job_runs_and_becomes_a_new_incarnation
     peer.receiver.terminate("marin", "/alice/train")
     peer.wait_until_finished()
     answer = peer.handoff("n2")
-    assert not answer.replay and peer.store.get_job("/alice/train").nonce == "n2"
-    assert peer.runs == [("/alice/train", "n1"), ("/alice/train", "n2")]
+    assert not answer.replay and peer.store.get_job(KEY).nonce == "n2"
+    assert peer.runs == [(KEY, "n1"), (KEY, "n2")]
 
 
-def test_a_job_of_another_requester_or_of_this_cluster_is_already_there(peer: Peer) -> None:
+def test_each_requester_has_its_own_namespace_so_ids_never_meet_and_nothing_is_disclosed(peer: Peer) -> None:
+    """A peer cannot squat another's job id (or this cluster's), nor learn which ids exist: the same
+    id from another requester is simply another job, in that requester's namespace."""
     peer.handoff()
-    message = refused(lambda: peer.handoff("n9", caller="other"), PeerErrorCode.ALREADY_EXISTS)
-    assert message == "Job /alice/train already exists and was not handed off by 'other'"
+    other = peer.handoff("n9", caller="other", requester="other")
+    assert not other.replay and other.job.job_id == "/alice/train"  # reported under the id it sent
+    assert {(j.job_id, j.peer_id) for j in peer.store.list_jobs(limit=10)} == {
+        (KEY, "marin"),
+        ("other:/alice/train", "other"),
+    }
+    assert peer.store.get_job("/alice/train") is None  # and this cluster's own id stays free
+    assert peer.runs == [(KEY, "n1"), ("other:/alice/train", "n9")]
+    peer.wait_until_finished()
+    peer.wait_until_finished("other:/alice/train")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +120,7 @@ def test_a_nonce_reused_for_another_job_is_refused_and_writes_nothing(peer: Peer
     peer.handoff("n1", job_id="/alice/a")
     message = refused(lambda: peer.handoff("n1", job_id="/alice/b"), PeerErrorCode.INVALID_ARGUMENT)
     assert "'n1'" in message and "fresh nonce" in message
-    assert peer.store.get_job("/alice/b") is None and peer.runs == [("/alice/a", "n1")]
+    assert peer.store.get_job("marin:/alice/b") is None and peer.runs == [("marin:/alice/a", "n1")]
 
 
 def test_a_run_that_cannot_be_created_yet_makes_the_parent_retry_and_the_retry_creates_it(peer: Peer) -> None:
@@ -116,7 +128,7 @@ def test_a_run_that_cannot_be_created_yet_makes_the_parent_retry_and_the_retry_c
     refused(lambda: peer.handoff(), PeerErrorCode.UNAVAILABLE)
     assert peer.runs == []
     assert peer.handoff().replay  # the job was kept; the replay creates the run
-    assert peer.runs == [("/alice/train", "n1")]
+    assert peer.runs == [(KEY, "n1")]
 
 
 def test_sync_reports_only_the_callers_jobs_with_a_full_snapshot_for_a_stale_cursor(peer: Peer) -> None:
@@ -139,11 +151,9 @@ def test_terminate_cancels_a_running_job_re_reports_a_finished_one_and_knows_onl
     peer.handoff(spec={"command": "sleep 30", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}})
     peer.receiver.terminate("marin", "/alice/train")
     assert peer.wait_until_finished().state is JobState.KILLED
-    before = len(peer.store.events("/alice/train"))
+    before = len(peer.store.events(KEY))
     peer.receiver.terminate("marin", "/alice/train")  # finished: re-reported so a stuck mirror converges
-    assert (
-        peer.store.events("/alice/train")[-1].kind == "rereported" and len(peer.store.events("/alice/train")) > before
-    )
+    assert peer.store.events(KEY)[-1].kind == "rereported" and len(peer.store.events(KEY)) > before
     assert "not found" in refused(lambda: peer.receiver.terminate("other", "/alice/train"), PeerErrorCode.NOT_FOUND)
     refused(lambda: peer.receiver.logs("other", "/alice/train", "", 10), PeerErrorCode.NOT_FOUND)
 
@@ -169,7 +179,7 @@ def test_a_job_larger_than_any_backend_here_is_sent_back_for_another_peer(peer: 
 def test_terminate_with_a_nonce_stops_only_that_incarnation(peer: Peer) -> None:
     peer.handoff(spec={"command": "sleep 30", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}})
     refused(lambda: peer.receiver.terminate("marin", "/alice/train", "n0"), PeerErrorCode.NOT_FOUND)
-    assert not peer.store.get_job("/alice/train").cancel_requested
+    assert not peer.store.get_job(KEY).cancel_requested
     peer.receiver.terminate("marin", "/alice/train", "n1")
     assert peer.wait_until_finished().state is JobState.KILLED
 

@@ -138,7 +138,7 @@ def test_a_store_created_before_requeue_upgrades_in_place_and_keeps_its_jobs(emp
                 ),
                 {"spec": '{"job_id": "/alice/old", "command": "true"}'},
             )
-        store.migrate()
+        store.migrate("0002")
         assert store.revision() == "0002"
         job = store.get_job("/alice/old")
         assert job is not None and job.direction is Direction.SENT

@@ -267,14 +267,16 @@ class TestIncarnations:
     def test_only_a_finished_job_can_run_again_and_it_starts_from_scratch(self, store):
         first = queue(store)
         assert (
-            store.reincarnate(NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice"), now_ms=NOW + 1)
+            store.reincarnate(
+                NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice@example.com"), now_ms=NOW + 1
+            )
             is None
         )
         store.promote(promotion(), NOW + 1)
         store.append_logs(first.job_id, first.nonce, ["line"], '{"0": 5}', NOW + 2)
         store.transition(first.job_id, to_state=JobState.FAILED, exit_code=3, error="boom", now_ms=NOW + 3)
         again = store.reincarnate(
-            NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice"), now_ms=NOW + 4
+            NewIncarnation(spec(), direction=Direction.SENT, submitting_user="alice@example.com"), now_ms=NOW + 4
         )
         assert again is not None and again.nonce != first.nonce
         assert (again.state, again.handoff_state, again.peer_id, again.backend_id) == (

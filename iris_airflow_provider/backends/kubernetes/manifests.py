@@ -177,7 +177,7 @@ class JobTemplate:
         """The container's env: the backend's defaults, the ``IRIS_*`` identity, then the job's own (it wins)."""
         spec = submission.spec
         values = dict(self.env)
-        values.update(job_identity_env(submission.job_id, submission.nonce, spec.resources.replicas, self.backend_id))
+        values.update(job_identity_env(spec.job_id, submission.nonce, spec.resources.replicas, self.backend_id))
         if placement.variant:
             values["IRIS_DEVICE_VARIANT"] = placement.variant
         values.update(spec.env)

@@ -214,7 +214,7 @@ class ProcessBackend:
         """A replica's environment: a clean base, the backend's defaults, then the job's own env (it wins)."""
         env = processes.base_environment()
         env.update(self.env)
-        env.update(job_identity_env(job.job_id, job.nonce, job.replicas, self.backend_id))
+        env.update(job_identity_env(job.spec["job_id"], job.nonce, job.replicas, self.backend_id))
         env["IRIS_REPLICA_INDEX"] = str(replica)
         per_replica = job.devices_per_replica
         if self.device_type == "gpu":

@@ -32,7 +32,13 @@ with DAG(dag_id="e2e_timeout", schedule=None, catchup=False):
     )
 
 with DAG(dag_id="e2e_sensor", schedule=None, catchup=False):
-    IrisFederatedJobSensor(task_id="wait", job_id="{{ dag_run.conf['job_id'] }}", until="completion", poll_interval=1)
+    IrisFederatedJobSensor(
+        task_id="wait",
+        job_id="{{ dag_run.conf['job_id'] }}",
+        until="completion",
+        poll_interval=1,
+        watch_dag_ids=["e2e_job"],
+    )
 
 with DAG(dag_id="e2e_workdir", schedule=None, catchup=False):
     # The directory next to this file travels with the job into its workdir, wherever it runs.
