@@ -56,7 +56,8 @@ def build_peers(config: ClusterConfig) -> dict[str, Peer]:
                 delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
             )
         else:
-            peers[peer.id] = AgentlessPeer(peer.id, [build_backend(config, peer.id, b) for b in peer.backends])
+            backends = [build_backend(config, peer.id, b) for b in peer.backends]
+            peers[peer.id] = AgentlessPeer(peer.id, backends, allowed_submitters=peer.allowed_submitters)
     return peers
 
 

@@ -68,6 +68,11 @@ class AgentlessPeerConfig(StrictModel):
     id: str
     kind: Literal["agentless"]
     backends: list[BackendConfig] = Field(min_length=1)
+    allowed_submitters: list[str] = Field(
+        default_factory=list,
+        description='whose jobs may be handed to this peer: "*", "*@domain" or exact names (the admission an '
+        "Airflow peer applies to itself, checked here by the parent before the handoff); none by default",
+    )
 
     _check_id = field_validator("id")(check_name)
 

@@ -66,7 +66,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     :param target_cluster: pin the job to this peer (templated); it queues there even when it
         could run locally.
     :param submitter: the accountable user for scheduled runs; REST and UI runs use the
-        triggering user. A job that would federate needs one.
+        triggering user. A job that would federate needs one. An explicit submitter must be allowed
+        for this DAG by the cluster file's ``federation.service_principals``, else the task fails
+        before anything is written.
     :param workdir: a directory whose files travel with the job into its working directory (the
         code it runs, small inputs); relative to the DAG file's folder; templated. The job's own
         ``files`` win over the directory's. Limits: those of ``files``.
@@ -166,9 +168,14 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         return self.execute_resumable(context)
 
     def submit_job(self, context: Context) -> str:
-        spec = self.job_spec(context)
         ti = context["ti"]
         federation = get_federation(self.conn_id)
+        try:
+            if self.submitter:  # the triggering user is always accepted; an explicit one only where allowed
+                federation.check_service_principal(self.submitter, ti.dag_id)
+        except IdentityError as error:
+            raise AirflowFailException(str(error)) from None
+        spec = self.job_spec(context)
         try:
             submitted = federation.submit(
                 spec,

@@ -15,6 +15,7 @@ from iris_airflow_provider.backends.base import Backend, now_ms
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
 from iris_airflow_provider.core.handoff_policy import RequeueRules
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.ownership import service_principal_allowed, service_principal_refused
 from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
@@ -27,7 +28,7 @@ from iris_airflow_provider.services.orphans import TaskStates
 from iris_airflow_provider.services.placement import Placement, queued_candidates
 from iris_airflow_provider.services.runners import Runners
 from iris_airflow_provider.services.settings import ClusterSettings
-from iris_airflow_provider.services.submit import Submitted, Submitter
+from iris_airflow_provider.services.submit import IdentityError, Submitted, Submitter
 from iris_airflow_provider.services.tick import Tick, TickReport
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
 from iris_airflow_provider.store.store import FederationStore
@@ -126,6 +127,11 @@ class Federation:
 
     def classify(self, spec: JobSpec) -> Decision:
         return self.submitter.classify(spec)
+
+    def check_service_principal(self, principal: str, dag_id: str) -> None:
+        """Refuse an explicit submitter the cluster file does not allow for ``dag_id`` (IdentityError)."""
+        if not service_principal_allowed(principal, dag_id, self.config.federation.service_principals):
+            raise IdentityError(service_principal_refused(principal, dag_id))
 
     def submit(
         self, spec: JobSpec, *, submitting_user: str, origin: Origin | None = None, owner_principal: str = ""

@@ -29,6 +29,11 @@ class FederationSettings(StrictModel):
     allowed_submitters: list[str] = Field(
         default_factory=list, description='users whose jobs this cluster accepts: "*", "*@domain" or exact names'
     )
+    service_principals: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="the explicit submitters DAGs may name (operator submitter=), each with the glob patterns of "
+        'the DAG ids allowed to use it: {"ml-platform@example.com": ["training_*", "nightly_eval"]}',
+    )
 
 
 class PlacementSettings(StrictModel):

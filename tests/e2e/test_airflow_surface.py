@@ -221,3 +221,27 @@ def test_marking_a_deferred_task_failed_cancels_its_running_job_on_the_peer(depl
     # The trigger's on_kill and the tick's check of the failed task may both ask: either is enough.
     assert job.cancel_intent_version >= 1 and job.cancel_delivered_version == job.cancel_intent_version
     assert job.handoff_state is HandoffState.HANDED_OFF  # it reached the peer; the cancel followed it there
+
+
+def test_an_explicit_submitter_is_accepted_only_for_the_dags_the_cluster_file_allows(deployment, store):
+    allowed = deployment.trigger("e2e_service_job", user="bob")
+    assert deployment.wait_for_run("e2e_service_job", allowed) == "success"
+    job = store.get_job(job_of(deployment, allowed, "e2e_service_job"))
+    assert job.submitting_user == "ml-platform@example.com" and job.job_id.startswith("/ml-platform@example.com/")
+
+    refused = deployment.trigger("e2e_unlisted_principal", user="bob")
+    assert deployment.wait_for_run("e2e_unlisted_principal", refused) == "failed"
+    log = deployment.task_log("e2e_unlisted_principal", refused, "run")
+    assert "submitter 'ml-platform@example.com' is not allowed for DAG 'e2e_unlisted_principal'" in log
+    assert [j for j in store.list_jobs(limit=1000) if j.origin and j.origin.dag_id == "e2e_unlisted_principal"] == []
+
+
+def test_an_agentless_peer_admits_only_its_allowed_submitters(deployment, store):
+    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "echo never")}, user="admin")
+    assert deployment.wait_for_run("e2e_job", run) == "failed"
+    job = store.get_job(job_of(deployment, run))
+    assert (job.state, job.handoff_state) == (JobState.KILLED, HandoffState.REJECTED)
+    assert job.error == (
+        "Peer cw-gb200 rejected the handoff: Submitter 'admin' is not admitted for federation to this cluster "
+        "(allowed_submitters of peer cw-gb200 in the cluster file)"
+    )

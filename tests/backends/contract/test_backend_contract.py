@@ -173,7 +173,7 @@ def test_the_heartbeat_counts_admitted_pods_per_band_and_ignores_gated_and_finis
 
 
 def test_delivering_twice_with_one_nonce_creates_one_job(target, backend):
-    peer = AgentlessPeer("cw-k8s", [backend])
+    peer = AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*"])
     spec = job(target, "sleep 300")
     handoff = Handoff(spec.job_id, uuid.uuid4().hex, spec, "default", "marin", "alice", "alice", 1_000)
     first = peer.deliver(handoff)
@@ -290,7 +290,7 @@ def test_a_peer_full_of_batch_work_still_takes_an_interactive_job(target, backen
         backend.submit(submission(spec))
     for spec in batch:
         wait_state(backend, spec.job_id, JobState.RUNNING)
-    peer = AgentlessPeer("cw-k8s", [backend])
+    peer = AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*"])
     heartbeat = peer.heartbeat()
     availability = heartbeat[0].availability
     assert availability is not None and availability.amounts[target.variant] == 0

@@ -45,3 +45,14 @@ with DAG(dag_id="e2e_workdir", schedule=None, catchup=False):
     IrisFederatedOperator(
         task_id="run", job="{{ dag_run.conf['job'] | tojson }}", workdir="workdir_example", poll_interval=1
     )
+
+# Explicit submitters: the cluster file allows ml-platform@example.com for DAGs e2e_service_* only.
+with DAG(dag_id="e2e_service_job", schedule=None, catchup=False):
+    IrisFederatedOperator(
+        task_id="run", job={"command": "echo as a service"}, submitter="ml-platform@example.com", poll_interval=1
+    )
+
+with DAG(dag_id="e2e_unlisted_principal", schedule=None, catchup=False):
+    IrisFederatedOperator(
+        task_id="run", job={"command": "echo never"}, submitter="ml-platform@example.com", poll_interval=1
+    )
