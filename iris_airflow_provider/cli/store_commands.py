@@ -165,6 +165,13 @@ def describe(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             for e in details["events"]
         ],
     )
+    if details["replicas"]:
+        stdout.write("\nReplicas:\n")
+        table(
+            stdout,
+            ["REPLICA", "STATE", "EXIT CODE"],
+            [[r["index"], r["state"], "" if r["exit_code"] is None else r["exit_code"]] for r in details["replicas"]],
+        )
     if details["pending_reasons"]:
         stdout.write("\nPending reasons: " + " -> ".join(details["pending_reasons"]) + "\n")
     if details["output_tail"]:

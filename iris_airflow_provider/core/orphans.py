@@ -22,3 +22,14 @@ def orphaning_state(states: Mapping[str, Mapping[str, Any]], run_id: str, task_i
     """The task's state when it orphans its job, else None (running, retrying, cleared, unknown)."""
     state = states.get(run_id, {}).get(task_state_key(task_id, map_index))
     return state if state in ORPHANING_TASK_STATES else None
+
+
+# A task in one of these states is still going: it may reattach to its job (and read its result).
+LIVE_TASK_STATES = frozenset(
+    {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
+)
+
+
+def task_may_reattach(states: Mapping[str, Mapping[str, Any]], run_id: str, task_id: str, map_index: int) -> bool:
+    """Whether the task that submitted a job is still going (so its finished job must be kept)."""
+    return states.get(run_id, {}).get(task_state_key(task_id, map_index)) in LIVE_TASK_STATES

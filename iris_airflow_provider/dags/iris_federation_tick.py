@@ -47,9 +47,9 @@ with DAG(
     doc_md=__doc__,
     dagrun_timeout=timedelta(minutes=10),
 ):
-
-    @task(task_id="tick", retries=0)
-    def tick() -> dict[str, object]:
+    # No XCom: the placement DAG runs thousands of times a day; its report is in the task log.
+    @task(task_id="tick", retries=0, do_xcom_push=False)
+    def tick() -> None:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
         from iris_airflow_provider.hooks.runtime import get_federation
@@ -57,6 +57,6 @@ with DAG(
         def task_states(dag_id: str, run_ids: list[str], task_ids: list[str]) -> dict[str, dict[str, object]]:
             return RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids)
 
-        return get_federation(_conn_id).tick(task_states=task_states).to_dict()
+        get_federation(_conn_id).tick(task_states=task_states)
 
     tick()

@@ -263,7 +263,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         }
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:
             return result
-        message = f"{describe_record(job)}"
+        message = describe_record(job)
+        if job.failed_replicas:
+            message += f" Failed: {job.failed_replicas}."
         if job.state is JobState.FAILED:
             raise AirflowException(message)  # a retry runs the job again, as a new incarnation
         raise AirflowFailException(message)  # cancelled, rejected or unschedulable: retrying will not help

@@ -95,6 +95,7 @@ class Federation:
             mirror=self.mirror,
             cancels=self.cancels,
             timeout_s=settings.heartbeat_timeout_seconds,
+            retention_ms=int(config.retention_days * 86_400_000),
         )
 
     @property

@@ -16,7 +16,7 @@ from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.core.waiting import explain_waiting
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.services.placement import placement_snapshot
-from iris_airflow_provider.store.records import JobRecord, current_incarnation, pending_reason_history
+from iris_airflow_provider.store.records import JobRecord, current_incarnation, pending_reason_history, replica_values
 from iris_airflow_provider.store.schema import job_logs
 
 OUTPUT_TAIL_LINES = 100
@@ -110,6 +110,7 @@ def job_details(federation: Federation, job: JobRecord, now_ms: int) -> dict[str
             for e in events
         ],
         pending_reasons=pending_reason_history(job.direction, events),
+        replicas=replica_values(job.replicas),
         output_tail=output_tail(federation, job),
     )
     return details

@@ -111,6 +111,14 @@ class DeliveryStore(Protocol):
     def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome: ...
 
 
+class RetentionStore(Protocol):
+    def finished_before(self, cutoff_ms: int, limit: int) -> list[JobRecord]: ...
+
+    def prune_jobs(self, incarnations: Sequence[tuple[str, str]], cutoff_ms: int) -> list[str]: ...
+
+    def prune_superseded_output(self, cutoff_ms: int, limit: int) -> int: ...
+
+
 class LeaseStore(Protocol):
     def acquire_lease(self, name: str, holder: str, now_ms: int, ttl_ms: int) -> bool: ...
 
@@ -118,6 +126,14 @@ class LeaseStore(Protocol):
 
 
 class ServiceStore(
-    LeaseStore, MirrorStore, HeartbeatStore, SubmitStore, CancelStore, PlacementStore, DeliveryStore, Protocol
+    RetentionStore,
+    LeaseStore,
+    MirrorStore,
+    HeartbeatStore,
+    SubmitStore,
+    CancelStore,
+    PlacementStore,
+    DeliveryStore,
+    Protocol,
 ):
     """Everything the federation services use (the real store)."""

@@ -61,6 +61,11 @@ class ClusterSettings(StrictModel):
     state_dir: Path | None = Field(default=None, description="default: $AIRFLOW_HOME/iris")
     placement: PlacementSettings = PlacementSettings()
     federation: FederationSettings = FederationSettings()
+    retention_days: float = Field(
+        default=30,
+        ge=0,
+        description="finished jobs older than this leave the store with their history and output (0: keep all)",
+    )
 
     _check_name = field_validator("name")(check_name)
 

@@ -1,7 +1,7 @@
 """The placement tick: one pass of each federation step, in order, and the report of what it did.
 
 orphan cancels (with Airflow's task states) -> heartbeat -> expire -> plan and promote -> deliver
--> sync -> relay logs -> cancel re-drive -> abandoned cleanup. Each step lives in its own module;
+-> sync -> relay logs -> cancel re-drive -> abandoned cleanup -> retention. Each step lives in its own module;
 this one only sequences them.
 """
 
@@ -21,6 +21,7 @@ from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates, cancel_orphans
 from iris_airflow_provider.services.placement import Placement
 from iris_airflow_provider.services.ports import ServiceStore
+from iris_airflow_provider.services.retention import prune_finished
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class TickReport:
     requeued: list[str] = field(default_factory=list)  # back to the queue from a peer that could not take them
     reported: list[str] = field(default_factory=list)  # jobs whose state changed from a report
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
+    pruned: list[str] = field(default_factory=list)  # finished jobs past the retention, deleted
     pending: int = 0
     duration_ms: int = 0
     skipped: str = ""  # why this tick did nothing (another tick held the lease), or "" when it ran
@@ -57,7 +59,17 @@ class TickReport:
         if self.skipped:
             return f"skipped: {self.skipped}"
         parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
-        for name in ("expired", "promoted", "delivered", "rejected", "retrying", "requeued", "reported", "cancelled"):
+        for name in (
+            "expired",
+            "promoted",
+            "delivered",
+            "rejected",
+            "retrying",
+            "requeued",
+            "reported",
+            "cancelled",
+            "pruned",
+        ):
             items: list[str] = getattr(self, name)
             if items:
                 parts.append(f"{name} {len(items)}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
@@ -75,6 +87,7 @@ class Tick:
     mirror: Mirror
     cancels: Cancels
     timeout_s: float  # for peers asked about abandoned incarnations
+    retention_ms: int = 0  # finished jobs older than this are pruned (0: never)
 
     def run(self, task_states: TaskStates | None = None) -> TickReport:
         """One pass of each step, under the tick lease: however ticks are started (the schedule, a
@@ -124,3 +137,5 @@ class Tick:
         self._renew(holder, "cancel re-drive")
         report.cancelled += self.cancels.redrive()
         report.cancelled += terminate_abandoned(self.store, self.heartbeats.peers, self.clock, self.timeout_s)
+        self._renew(holder, "retention")
+        report.pruned = prune_finished(self.store, self.clock(), self.retention_ms, task_states)

@@ -27,7 +27,7 @@ from iris_airflow_provider.store.common import (
     touched,
 )
 from iris_airflow_provider.store.ledger import charge_ledger
-from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
+from iris_airflow_provider.store.records import HandoffRefusal, JobRecord, replica_values
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
 
 
@@ -249,6 +249,10 @@ class Handoffs(StoreBase):
         }
         if report.backend_id:
             values["backend_id"] = report.backend_id
+        if report.replicas:  # a report without replicas (a peer that sends none) keeps what we had
+            replicas = replica_values(report.replicas)
+            values["replicas"] = replicas
+            changed = sa.or_(changed, jobs.c.replicas != sa.literal(replicas, jobs.c.replicas.type))
         if report.state.terminal:
             values.update(
                 error=report.error, exit_code=report.exit_code, finished_at_ms=report.finished_at_ms or now_ms

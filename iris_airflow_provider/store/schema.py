@@ -80,6 +80,8 @@ jobs = sa.Table(
     sa.Column("origin_run_id", sa.Text, nullable=True),
     sa.Column("origin_task_id", sa.Text, nullable=True),
     sa.Column("origin_map_index", sa.Integer, nullable=True),
+    # Each replica as its runner last reported it: [{"index", "state", "exit_code"}].
+    sa.Column("replicas", Json, nullable=False, server_default=sa.text("'[]'")),
     sa.CheckConstraint(_in("direction", DIRECTIONS), name="direction"),
     sa.CheckConstraint(_in("state", JOB_STATES), name="state"),
     sa.CheckConstraint(
@@ -98,6 +100,8 @@ jobs = sa.Table(
     sa.Index("ix_iris_jobs_state_submitted_at_ms", "state", "submitted_at_ms"),
     sa.Index("ix_iris_jobs_peer_id_submitted_at_ms", "peer_id", "submitted_at_ms"),
     sa.Index("ix_iris_jobs_submitting_user_submitted_at_ms", "submitting_user", "submitted_at_ms"),
+    # Retention reads the oldest finished jobs, a batch per tick.
+    sa.Index("ix_iris_jobs_finished_at_ms", "finished_at_ms"),
     sa.Index("ix_iris_jobs_origin_dag_id_submitted_at_ms", "origin_dag_id", "submitted_at_ms"),
 )
 

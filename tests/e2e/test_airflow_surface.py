@@ -151,6 +151,7 @@ def test_a_job_failing_on_the_peer_fails_the_task_with_its_exit_code(deployment,
     assert deployment.wait_for_run("e2e_job", run) == "failed"
     log = deployment.task_log("e2e_job", run, "run")
     assert "is failed on peer cw-gb200" in log and "Replica 0 exited with code 7" in log
+    assert "Failed: replica 0 (exit code 7)." in log  # the replica, as the peer reported it
 
 
 def test_the_sensor_waits_for_a_job_and_succeeds_with_it(deployment, store):

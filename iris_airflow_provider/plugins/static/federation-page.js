@@ -769,6 +769,30 @@
                         ? h(C.Text, { fontSize: "sm", color: "fg.muted", mt: 2 }, "Pending reasons so far: " + job.pending_reasons.join(" → "))
                         : null,
                     ),
+                    job.replicas && job.replicas.length
+                      ? h(
+                          C.Box,
+                          null,
+                          h(C.Heading, { size: "sm", mb: 2 }, "Replicas"),
+                          h(
+                            C.Table.Root,
+                            { size: "sm", "data-testid": "replicas" },
+                            h(
+                              C.Table.Body,
+                              null,
+                              job.replicas.map((replica) =>
+                                h(
+                                  C.Table.Row,
+                                  { key: replica.index },
+                                  h(C.Table.Cell, { fontWeight: "semibold" }, "replica " + replica.index),
+                                  h(C.Table.Cell, null, replica.state),
+                                  h(C.Table.Cell, null, replica.exit_code === null ? "" : "exit code " + replica.exit_code),
+                                ),
+                              ),
+                            ),
+                          ),
+                        )
+                      : null,
                     job.output_tail.length
                       ? h(
                           C.Box,
