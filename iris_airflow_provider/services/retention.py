@@ -19,7 +19,7 @@ from iris_airflow_provider.store.records import JobRecord
 log = logging.getLogger(__name__)
 
 PRUNE_BATCH = 500  # jobs per tick
-OUTPUT_PRUNE_BATCH = 20_000  # superseded output lines per tick
+OUTPUT_PRUNE_BATCH = 500  # replaced incarnations whose output goes, per tick
 
 
 def prune_finished(

@@ -24,6 +24,7 @@ from iris_airflow_provider.store.common import (
     notice,
     placeable,
     set_terminal,
+    supersede,
     touched,
 )
 from iris_airflow_provider.store.ledger import charge_ledger
@@ -178,6 +179,7 @@ class Handoffs(StoreBase):
             # A new nonce: the peer it left may hold the old one (terminated there by that nonce), and
             # a later delivery must never be taken there for a replay of what was terminated.
             fresh_nonce = uuid.uuid4().hex
+            supersede(connection, job_id, nonce, now_ms)
             connection.execute(
                 locked.values(
                     nonce=fresh_nonce,

@@ -26,6 +26,7 @@ from iris_airflow_provider.store.common import (
     queued,
     reported_by_runner,
     set_terminal,
+    supersede,
     touched,
 )
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, NewIncarnation
@@ -73,10 +74,17 @@ class Jobs(StoreBase):
         """
         values = incarnation(new, now_ms)
         with self._write() as connection:
+            replaced = connection.execute(
+                sa.select(jobs.c.nonce)
+                .where(jobs.c.job_id == new.job_id, jobs.c.state.in_(TERMINAL_VALUES), owned_by(new))
+                .with_for_update()
+            ).scalar()
+            if replaced is None:
+                return None
             row = (
                 connection.execute(
                     jobs.update()
-                    .where(jobs.c.job_id == new.job_id, jobs.c.state.in_(TERMINAL_VALUES), owned_by(new))
+                    .where(jobs.c.job_id == new.job_id, jobs.c.nonce == replaced, jobs.c.state.in_(TERMINAL_VALUES))
                     .values(**values, **touched(now_ms))
                     .returning(*jobs.c)
                 )
@@ -85,6 +93,7 @@ class Jobs(StoreBase):
             )
             if row is None:
                 return None
+            supersede(connection, new.job_id, replaced, now_ms)
             handoff = values["handoff_state"]
             event(
                 connection,

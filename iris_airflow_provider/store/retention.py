@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.store.common import TERMINAL_VALUES, StoreBase
 from iris_airflow_provider.store.records import JobRecord
-from iris_airflow_provider.store.schema import job_events, job_logs, jobs
+from iris_airflow_provider.store.schema import job_events, job_logs, jobs, superseded_incarnations
 
 
 class Retention(StoreBase):
@@ -46,19 +46,29 @@ class Retention(StoreBase):
                 )
             ]
             if deleted:
-                connection.execute(job_events.delete().where(job_events.c.job_id.in_(deleted)))
-                connection.execute(job_logs.delete().where(job_logs.c.job_id.in_(deleted)))
+                for table in (job_events, job_logs, superseded_incarnations):
+                    connection.execute(table.delete().where(table.c.job_id.in_(deleted)))
         return deleted
 
     def prune_superseded_output(self, cutoff_ms: int, limit: int) -> int:
-        """Delete up to ``limit`` output lines older than ``cutoff_ms`` of incarnations a job has
-        since replaced (nobody reads them: a job's page and its task show its current one)."""
-        current_nonce = sa.select(jobs.c.nonce).where(jobs.c.job_id == job_logs.c.job_id).scalar_subquery()
-        superseded = (
-            sa.select(job_logs.c.seq)
-            .where(job_logs.c.at_ms < cutoff_ms, job_logs.c.nonce != sa.func.coalesce(current_nonce, ""))
-            .limit(limit)
-        )
+        """Delete the output of up to ``limit`` incarnations that were replaced (a rerun, a requeue)
+        before ``cutoff_ms``: nobody reads it (a job's page and its task show its current one)."""
         with self._write() as connection:
-            pruned: int = connection.execute(job_logs.delete().where(job_logs.c.seq.in_(superseded))).rowcount
-        return pruned
+            replaced = connection.execute(
+                sa.select(superseded_incarnations.c.job_id, superseded_incarnations.c.nonce)
+                .where(superseded_incarnations.c.superseded_at_ms < cutoff_ms)
+                .order_by(superseded_incarnations.c.superseded_at_ms)
+                .limit(limit)
+            ).all()
+            if not replaced:
+                return 0
+            pairs = [(job_id, nonce) for job_id, nonce in replaced]
+            lines: int = connection.execute(
+                job_logs.delete().where(sa.tuple_(job_logs.c.job_id, job_logs.c.nonce).in_(pairs))
+            ).rowcount
+            connection.execute(
+                superseded_incarnations.delete().where(
+                    sa.tuple_(superseded_incarnations.c.job_id, superseded_incarnations.c.nonce).in_(pairs)
+                )
+            )
+        return lines

@@ -131,6 +131,17 @@ abandoned_handoffs = sa.Table(
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
 )
 
+# Incarnations a job replaced (a rerun, a requeue): their output is kept until the retention, then
+# pruned by this index instead of a scan of every output line.
+superseded_incarnations = sa.Table(
+    "iris_superseded_incarnations",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("nonce", sa.Text, primary_key=True),
+    sa.Column("superseded_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_iris_superseded_incarnations_superseded_at_ms", "superseded_at_ms"),
+)
+
 job_logs = sa.Table(
     "iris_job_logs",
     metadata,
