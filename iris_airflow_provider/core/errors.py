@@ -67,10 +67,14 @@ def _message(error: Any) -> str:
         return f"must be <= {ctx['le']}"
     if kind in ("literal_error", "enum"):
         return f"must be one of: {ctx.get('expected', '')}".replace("'", "")
-    if kind in ("int_type", "int_parsing", "int_from_float"):
+    if kind in ("int_type", "int_parsing", "int_from_float", "int_parsing_size"):
         return "must be an integer"
     if kind in ("float_type", "float_parsing"):
         return "must be a number"
+    if kind == "finite_number":
+        return "must be a finite number"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} items, got {ctx.get('actual_length')}"
     if kind in ("string_type",):
         return "must be a string"
     if kind in ("bool_type", "bool_parsing"):

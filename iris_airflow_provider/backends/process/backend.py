@@ -57,7 +57,8 @@ from iris_airflow_provider.core.availability import Availability, PeerBackend
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, plan_pass
-from iris_airflow_provider.core.model import JobSpec, file_bytes
+from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.model import JobSpec
 
 SUPERVISOR_START_GRACE_MS = 30_000
 KILL_GRACE_SECONDS = 10
