@@ -9,6 +9,9 @@ from typing import Any
 from pydantic import ValidationError
 
 
+_LONGEST_PART = 64
+
+
 @dataclass(frozen=True, slots=True)
 class FieldProblem:
     path: str
@@ -50,7 +53,10 @@ def _path(loc: Iterable[int | str]) -> str:
         elif part.startswith("function-"):  # pydantic's name for a validator step, not a field
             continue
         else:
-            out = f"{out}.{part}" if out else str(part)
+            # A key of the input (an env name, a file name) may hold anything: escaped, and cut,
+            # so the error is safe to log and to send as JSON.
+            part = part if part.isprintable() and len(part) <= _LONGEST_PART else repr(part[:_LONGEST_PART])
+            out = f"{out}.{part}" if out else part
     return out
 
 
