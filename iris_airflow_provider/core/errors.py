@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-
 _LONGEST_PART = 64
 
 

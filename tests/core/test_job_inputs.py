@@ -211,3 +211,15 @@ class TestSizes:
     def test_every_input_is_bounded(self, fields, path, message):
         found = problems(**fields)
         assert message in found[path], found
+
+
+class TestErrorsAreSafeToShow:
+    """Found by the fuzz: an input key holding a lone surrogate or a control character broke the error."""
+
+    def test_an_unknown_field_is_named_escaped(self):
+        found = problems(**{"\ud800": 1, "x\x1b": 2})
+        assert found[""].startswith("unknown field(s) '\\ud800', 'x\\x1b'; accepted: job_id,")
+        found[""].encode("utf-8")
+
+    def test_a_bad_key_in_a_path_is_escaped(self):
+        assert problems(env={"\x1f": 0}) == {"env.'\\x1f'": "must be a string"}
