@@ -128,7 +128,7 @@ class StatusFile:
     preemptions: int | None = None  # times evicted back to the queue
     devices: dict[str, list[int]] = field(default_factory=dict)  # slots held while starting or running
     spawned_at_ms: int | None = None
-    pid: int | None = None  # the supervisor's, which leads the job's process group
+    pid: int | None = None  # the supervisor's, which leads the job's session and process group
     pgid: int | None = None
     pid_start: int | None = None  # its start time in clock ticks: a recycled pid is not ours
     boot_id: str | None = None  # the machine's boot the supervisor started in: pids mean nothing after it
@@ -256,7 +256,7 @@ class StateDir:
             for path, content in files.items():
                 target = workdir / path
                 target.parent.mkdir(parents=True, exist_ok=True)
-                with target.open("xb") as output:  # never through, or over, something already there
+                with target.open("xb") as output:  # never over something already there
                     output.write(content)
             write_json(staging / "job.json", record.to_json())
             write_json(staging / "status.json", status.to_json())
