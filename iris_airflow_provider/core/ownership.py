@@ -13,13 +13,13 @@ Received jobs (handed over by a peer) live under their requester's own namespace
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from iris_airflow_provider.core.job_ids import user_segment
+
 UNATTRIBUTED = "airflow"  # the namespace of runs with no accountable user (scheduled, no submitter)
-_NOT_IN_SEGMENT = re.compile(r"[^A-Za-z0-9_.@+-]")
 RECEIVED_SEPARATOR = ":"
 
 
@@ -37,8 +37,8 @@ class Owner:
 
 
 def user_namespace(user: str) -> str:
-    """The first segment of the job ids ``user`` may use (characters outside ids replaced by ``_``)."""
-    return _NOT_IN_SEGMENT.sub("_", user) if user else UNATTRIBUTED
+    """The first segment of the job ids ``user`` may use (characters the id rule refuses become ``_``)."""
+    return user_segment(user) if user else UNATTRIBUTED
 
 
 def qualified_job_id(job_id: str, user: str) -> str:

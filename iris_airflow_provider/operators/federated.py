@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -23,6 +22,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
+from iris_airflow_provider.core import job_ids
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.core.model import JobSpec, parse_job
@@ -48,7 +48,6 @@ WAIT_FOR = ("completion", "acceptance", "none")
 ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
 # Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
 DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
-_UNSAFE = re.compile(r"[\s/]+")
 
 
 def default_deferrable() -> bool:
@@ -155,12 +154,12 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         return path if path.is_absolute() or not fileloc else Path(fileloc).parent / path
 
     def derived_job_id(self, context: Context) -> str:
+        """``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``, made to pass the job id rule."""
         ti = context["ti"]
-        user = user_namespace(self.submitting_user(context))
         name = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}"
         if getattr(ti, "map_index", -1) not in (-1, None):
             name += f".{ti.map_index}"
-        return f"/{user}/{_UNSAFE.sub('_', name)}"
+        return job_ids.derived_job_id(user_namespace(self.submitting_user(context)), name)
 
     # The resumable job -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
+from iris_airflow_provider.core.job_ids import JobId
 from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.base import Handoff, PeerErrorCode
@@ -41,7 +42,7 @@ class BackendsResponse(Body):
 
 
 class HandoffRequest(Body):
-    job_id: str
+    job_id: JobId
     nonce: str = Field(min_length=1)
     requester: str
     owner_principal: str = ""
@@ -99,7 +100,7 @@ class SyncResponse(Body):
 
 
 class TerminateRequest(Body):
-    job_id: str
+    job_id: JobId
     nonce: str = ""  # only this incarnation, when given (a stray one left behind by a requeue)
 
 

@@ -33,6 +33,8 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from iris_airflow_provider.backends.base import now_ms
+from iris_airflow_provider.core.characters import Printable
+from iris_airflow_provider.core.job_ids import JobKey as ValidJobId
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.plugins.job_documents import job_dag
@@ -171,9 +173,7 @@ def federation() -> Federation:
 
 
 FederationDep = Annotated[Federation, Depends(federation)]
-JobId = Annotated[
-    str, Query(min_length=1, max_length=1000, description="the job id, e.g. /alice/train.run.manual__...")
-]
+JobId = Annotated[ValidJobId, Query(description="the job id, e.g. /alice/train.run.manual__...")]
 
 
 def _job(fed: Federation, job_id: str, who: Caller, method: Method) -> JobRecord:
@@ -218,10 +218,10 @@ def jobs(
     fed: FederationDep,
     state: Annotated[list[str] | None, Query(description="job states, repeated or comma-separated")] = None,
     direction: Annotated[list[str] | None, Query(description="local, sent or received")] = None,
-    peer: Annotated[str | None, Query(max_length=200, description="peer id ('' for none)")] = None,
-    submitter: Annotated[str | None, Query(max_length=300)] = None,
-    dag_id: Annotated[str | None, Query(max_length=250)] = None,
-    q: Annotated[str | None, Query(max_length=200, description="part of the job id")] = None,
+    peer: Annotated[Printable | None, Query(max_length=200, description="peer id ('' for none)")] = None,
+    submitter: Annotated[Printable | None, Query(max_length=300)] = None,
+    dag_id: Annotated[Printable | None, Query(max_length=250)] = None,
+    q: Annotated[Printable | None, Query(max_length=200, description="part of the job id")] = None,
     active: Annotated[bool | None, Query(description="true: not finished; false: finished")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseSensorOperator
 
+from iris_airflow_provider.core.job_ids import JobIdError, check_job_id
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
@@ -70,6 +71,10 @@ class IrisFederatedJobSensor(BaseSensorOperator):
         return reached(snapshot_of(job), self.until)
 
     def execute(self, context: Context) -> Any:
+        try:
+            check_job_id(self.job_id)  # rendered now: the rule every job id entering the federation meets
+        except JobIdError as error:
+            raise AirflowFailException(f"Invalid job_id: {error}") from None
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         context["ti"].xcom_push(key=FederationJobLink().xcom_key, value=job_url(self.job_id))
         if not self.deferrable:

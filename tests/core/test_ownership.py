@@ -61,3 +61,13 @@ def test_a_received_key_is_in_its_senders_namespace_and_maps_back() -> None:
     key = received_job_key("marin", "/alice/train")
     assert key == "marin:/alice/train" and wire_job_id("marin", key) == "/alice/train"
     assert received_job_key("cw", "/alice/train") != key
+
+
+def test_a_received_key_names_a_job_in_the_store_like_a_job_id() -> None:
+    from iris_airflow_provider.core.job_ids import JobIdError, check_job_key
+
+    assert check_job_key("marin:/alice/train") == "marin:/alice/train"
+    assert check_job_key("/alice/train") == "/alice/train"
+    for bad in ("Marin:/alice/train", "marin:/alice", "marin:/../x", ":/alice/train", "marin/alice/train"):
+        with pytest.raises(JobIdError):
+            check_job_key(bad)

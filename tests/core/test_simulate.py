@@ -367,7 +367,9 @@ class TestLedger:
 
 class TestAvailabilityBlocks:
     def test_a_backend_without_availability_is_matched_on_shape_alone(self):
-        output = simulate(state(peer("cw", gpu_backend("d", "h100")), jobs=[gpu_job("/u/a", count=4096)]))
+        huge = gpu_job("/u/a", count=8)
+        huge["resources"]["replicas"] = 512
+        output = simulate(state(peer("cw", gpu_backend("d", "h100")), jobs=[huge]))
         assert output["promotions"] == [
             {
                 "job_id": "/u/a",

@@ -94,6 +94,14 @@ def test_an_unknown_job_exits_1_and_bad_arguments_exit_2(cli, capsys):
     assert "--limit must be between 1 and 10000, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["describe", "explain", "cancel"])
+def test_a_job_id_the_rule_refuses_exits_2_stating_the_rule(cli, capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        cli(command, "/../..")
+    assert exited.value.code == 2
+    assert "JOB must look like /<user>/<name>" in capsys.readouterr().err
+
+
 def test_the_installed_command_prints_only_json_on_standard_output(federation, tmp_path):
     """Airflow logs to standard output; ``--json`` must keep it for the document alone."""
     command = [

@@ -168,6 +168,13 @@ def test_a_viewer_reads_everything_but_may_cancel_nothing(client, as_user):
         ("/api/jobs/describe", {}, "job_id"),
         ("/api/jobs/describe", {"job_id": ""}, "job_id"),
         ("/api/jobs/explain", {"job_id": "x" * 1001}, "job_id"),
+        # Issue 11: NUL and control characters in filters, and job ids the one rule refuses.
+        ("/api/jobs", {"q": "train\x00"}, "q"),
+        ("/api/jobs", {"submitter": "\x1b[2Jalice"}, "submitter"),
+        ("/api/jobs", {"dag_id": "dag\x00"}, "dag_id"),
+        ("/api/jobs", {"peer": "cw\x7f"}, "peer"),
+        ("/api/jobs/describe", {"job_id": "/../.."}, "job_id"),
+        ("/api/jobs/explain", {"job_id": "/alice/train\x00"}, "job_id"),
     ],
 )
 def test_a_bad_parameter_is_a_422_naming_it(client, as_user, path, params, parameter):
@@ -179,6 +186,13 @@ def test_a_bad_parameter_is_a_422_naming_it(client, as_user, path, params, param
 def test_a_cancel_without_a_job_id_is_a_422_naming_it(client, as_user):
     response = client.post("/api/jobs/cancel", headers=as_user("admin"))
     assert (response.status_code, response.json()["detail"].split(":")[0]) == (422, "job_id")
+
+
+def test_a_cancel_of_an_invalid_job_id_is_a_422_stating_the_rule(client, as_user):
+    response = client.post("/api/jobs/cancel", params={"job_id": "/a/./b"}, headers=as_user("admin"))
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("job_id: must look like /<user>/<name>")
+    assert "'.' segment" in response.json()["detail"]
 
 
 @pytest.mark.parametrize("path", ["/api/jobs/describe", "/api/jobs/explain"])

@@ -60,7 +60,8 @@ from iris_airflow_provider.backends.kubernetes.status import finished, job_repor
 from iris_airflow_provider.core.availability import PeerBackend
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
-from iris_airflow_provider.core.model import JobSpec, file_bytes
+from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.model import JobSpec
 
 if TYPE_CHECKING:
     from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
