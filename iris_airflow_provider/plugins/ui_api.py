@@ -16,7 +16,12 @@ Authorization is Airflow's auth manager's, per job, on the DAG it belongs to
 instances, cancelling ``PUT`` (what marking its task failed needs). A job with no DAG needs the
 same on all DAGs. A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
 which a cross-site form cannot send (CSRF). Errors are ``{"detail": "<message>"}``; a bad
-parameter is a 422 whose message starts with the parameter's name.
+parameter (out of range, unknown, or holding a control character such as NUL) is a 422 whose
+message starts with the parameter's name, never a 500.
+
+No route takes a body (cancel's job id is a query parameter), so nothing is read before the caller
+is authenticated. The API's description is for signed-in users only: ``openapi.json`` and the
+``docs`` page need the same Airflow token or cookie as the API.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from iris_airflow_provider.backends.base import now_ms
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
+from iris_airflow_provider.peers.wire import Printable
 from iris_airflow_provider.plugins.job_documents import job_dag
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries
@@ -63,6 +70,9 @@ app = FastAPI(
     title="Iris federation UI API",
     description="Peers, jobs, explanations and cancel for the Federation page and scripts (Airflow token required).",
     version="1",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,  # served below, to signed-in users only
 )
 app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -172,7 +182,9 @@ def federation() -> Federation:
 
 FederationDep = Annotated[Federation, Depends(federation)]
 JobId = Annotated[
-    str, Query(min_length=1, max_length=1000, description="the job id, e.g. /alice/train.run.manual__...")
+    str,
+    Query(min_length=1, max_length=1000, description="the job id, e.g. /alice/train.run.manual__..."),
+    Printable,
 ]
 
 
@@ -202,6 +214,18 @@ def _enum_list(name: str, raw: list[str] | None, enum: type[JobState] | type[Dir
 # Endpoints ---------------------------------------------------------------------------------------------
 
 
+@app.get("/openapi.json", include_in_schema=False)
+def openapi(_who: CallerDep) -> dict[str, Any]:
+    return app.openapi()
+
+
+@app.get("/docs", include_in_schema=False)
+def docs(_who: CallerDep, request: Request) -> HTMLResponse:
+    """The API's Swagger page; it fetches ``openapi.json`` with the same sign-in (the UI's cookie)."""
+    root = request.scope.get("root_path", "").rstrip("/")
+    return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{app.title} - docs")
+
+
 @app.get("/api/peers")
 def peers(who: CallerDep, fed: FederationDep) -> dict[str, Any]:
     """Reachability, heartbeat age, advertised attributes and capacity of every peer and local backend."""
@@ -218,10 +242,10 @@ def jobs(
     fed: FederationDep,
     state: Annotated[list[str] | None, Query(description="job states, repeated or comma-separated")] = None,
     direction: Annotated[list[str] | None, Query(description="local, sent or received")] = None,
-    peer: Annotated[str | None, Query(max_length=200, description="peer id ('' for none)")] = None,
-    submitter: Annotated[str | None, Query(max_length=300)] = None,
-    dag_id: Annotated[str | None, Query(max_length=250)] = None,
-    q: Annotated[str | None, Query(max_length=200, description="part of the job id")] = None,
+    peer: Annotated[str | None, Query(max_length=200, description="peer id ('' for none)"), Printable] = None,
+    submitter: Annotated[str | None, Query(max_length=300), Printable] = None,
+    dag_id: Annotated[str | None, Query(max_length=250), Printable] = None,
+    q: Annotated[str | None, Query(max_length=200, description="part of the job id"), Printable] = None,
     active: Annotated[bool | None, Query(description="true: not finished; false: finished")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,

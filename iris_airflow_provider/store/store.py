@@ -15,7 +15,8 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 - :mod:`.heartbeats`: peers and their backends;
 - :mod:`.logs`: relayed output and history events;
 - :mod:`.feed`: what peers read (received jobs and changes) and sync cursors;
-- :mod:`.leases`: named expiring locks.
+- :mod:`.leases`: named expiring locks;
+- :mod:`.seen_tokens`: peer tokens already used here (single use).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from iris_airflow_provider.store.leases import Leases
 from iris_airflow_provider.store.ledger import Ledger
 from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
+from iris_airflow_provider.store.seen_tokens import SeenTokens, TokenUse
 
-__all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "request_cancel"]
+__all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "TokenUse", "request_cancel"]
 
 
-class FederationStore(Migrations, Jobs, Handoffs, Ledger, Heartbeats, Logs, Feed, Leases):
+class FederationStore(Migrations, Jobs, Handoffs, Ledger, Heartbeats, Logs, Feed, Leases, SeenTokens):
     @classmethod
     def from_url(cls, url: str) -> FederationStore:
         return cls(create_store_engine(url))

@@ -22,6 +22,7 @@ from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
 from iris_airflow_provider.peers.identity import TokenMinter, TokenVerifier, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.plugins.peer_api import app
+from iris_airflow_provider.services.peer_auth import PeerAuthenticator
 from iris_airflow_provider.store.store import FederationStore
 from tests.receiving_peer import Peer, stop_all_jobs
 
@@ -61,9 +62,9 @@ def serve() -> Iterator[object]:
 @pytest.fixture
 def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
     receiving = Peer(tmp_path, sqlite_store)
-    verifier = TokenVerifier({"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
+    verifier = TokenVerifier("cw-east", {"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
     monkeypatch.setattr(runtime, "get_receiver", lambda start_run: receiving.receiver)
-    monkeypatch.setattr(runtime, "get_verifier", lambda: verifier)
+    monkeypatch.setattr(runtime, "get_peer_authenticator", lambda: PeerAuthenticator(verifier, sqlite_store))
     yield receiving
     stop_all_jobs(receiving)
 
@@ -76,7 +77,7 @@ def url(peer: Peer, serve) -> str:  # type: ignore[no-untyped-def]
 
 
 def marin(url: str, **kwargs: float) -> AirflowPeer:
-    return AirflowPeer("cw-east", url, TokenMinter("marin", MARIN_PRIVATE), **kwargs)
+    return AirflowPeer("cw-east", url, TokenMinter("marin", MARIN_PRIVATE), allow_insecure_http=True, **kwargs)
 
 
 def handoff(
@@ -175,7 +176,7 @@ def test_another_incarnation_still_running_is_already_exists(url: str) -> None:
 
 def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str, peer: Peer) -> None:
     marin(url).deliver(handoff())
-    west = AirflowPeer("cw-east", url, TokenMinter("cw-west", OTHER_PRIVATE))
+    west = AirflowPeer("cw-east", url, TokenMinter("cw-west", OTHER_PRIVATE), allow_insecure_http=True)
     assert "/alice/train" not in west.sync(["/alice/train"], "").reports
     assert west.cancel("/alice/train") is False
     assert not peer.store.get_job("/alice/train").cancel_requested
@@ -183,7 +184,7 @@ def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str, peer: Peer)
 
 
 def test_a_cluster_the_peer_does_not_trust_is_unauthenticated_which_is_retried(url: str) -> None:
-    stranger = AirflowPeer("cw-east", url, TokenMinter("marin", generate_keypair()[0]))
+    stranger = AirflowPeer("cw-east", url, TokenMinter("marin", generate_keypair()[0]), allow_insecure_http=True)
     says = refused(stranger.heartbeat, PeerErrorCode.UNAUTHENTICATED)
     assert "Signature verification failed" in says
 

@@ -139,7 +139,7 @@ def test_a_store_created_before_requeue_upgrades_in_place_and_keeps_its_jobs(emp
                 {"spec": '{"job_id": "/alice/old", "command": "true"}'},
             )
         store.migrate()
-        assert store.revision() == "0002"
+        assert store.revision() == "0003"
         job = store.get_job("/alice/old")
         assert job is not None and job.direction is Direction.SENT
         # Its delivery clock starts from its last change, so it too is requeued if its peer stays away.
