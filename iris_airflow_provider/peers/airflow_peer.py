@@ -106,7 +106,8 @@ class AirflowPeer:
                 method, self.url + path, headers=headers, timeout=timeout or self.timeout, **kwargs
             ) as response:
                 ok = response.status_code == 200
-                body = self._read(response, path, limit if ok else ERROR_ANSWER_LIMIT)
+                # A refusal is classified by its status whatever its body: only its start is read.
+                body = self._read(response, path, limit) if ok else _start_of(response, ERROR_ANSWER_LIMIT)
         except httpx.TimeoutException as error:
             raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id} timed out: {error}") from error
         except httpx.TransportError as error:
@@ -250,6 +251,16 @@ def _holds_nul(document: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(node)
     return False
+
+
+def _start_of(response: httpx.Response, limit: int) -> bytes:
+    """The first ``limit`` bytes of an answer (decompressed); the rest is never read."""
+    start = b""
+    for chunk in response.iter_bytes():
+        start += chunk[: limit - len(start)]
+        if len(start) >= limit:
+            break
+    return start
 
 
 def _excerpt(body: bytes, size: int = 300) -> str:

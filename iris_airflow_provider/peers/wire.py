@@ -72,6 +72,7 @@ Name = Annotated[str, Field(max_length=253), Printable]  # cluster and backend i
 Principal = Annotated[str, Field(max_length=320), Printable]  # users (e-mail addresses at most)
 JobIdText = Annotated[str, Field(min_length=1, max_length=1024), Printable]  # the job model checks the rest
 Nonce = Annotated[str, Field(max_length=128), Printable]
+RequiredNonce = Annotated[str, Field(min_length=1, max_length=128), Printable]
 SyncCursor = Annotated[str, Field(max_length=19), AfterValidator(_sync_cursor)]
 LogCursor = Annotated[str, Field(max_length=64 * KiB), Printable]  # its backend checks the rest
 
@@ -106,7 +107,7 @@ class BackendsResponse(Body):
 
 class HandoffRequest(Body):
     job_id: JobIdText
-    nonce: Annotated[Nonce, Field(min_length=1)]
+    nonce: RequiredNonce
     requester: Name
     owner_principal: Principal = ""
     submitting_user: Principal = ""

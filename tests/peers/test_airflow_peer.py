@@ -5,68 +5,20 @@ is classified for the caller's retry policy."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Response
 
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.hooks import runtime
 from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
-from iris_airflow_provider.peers.identity import TokenMinter, TokenVerifier, generate_keypair
+from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.plugins.peer_api import app
-from iris_airflow_provider.services.peer_auth import PeerAuthenticator
-from iris_airflow_provider.store.store import FederationStore
-from tests.receiving_peer import Peer, stop_all_jobs
-
-MARIN_PRIVATE, MARIN_PUBLIC = generate_keypair()
-OTHER_PRIVATE, OTHER_PUBLIC = generate_keypair()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def serve() -> Iterator[object]:
-    """Serve an ASGI app on a loopback port for the test; yields a function returning its URL."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(asgi: FastAPI) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        servers.append((server, thread))
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
-@pytest.fixture
-def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
-    receiving = Peer(tmp_path, sqlite_store)
-    verifier = TokenVerifier("cw-east", {"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
-    monkeypatch.setattr(runtime, "get_receiver", lambda start_run: receiving.receiver)
-    monkeypatch.setattr(runtime, "get_peer_authenticator", lambda: PeerAuthenticator(verifier, sqlite_store))
-    yield receiving
-    stop_all_jobs(receiving)
+from tests.peers.conftest import MARIN_PRIVATE, OTHER_PRIVATE, free_port
+from tests.receiving_peer import Peer
 
 
 @pytest.fixture
