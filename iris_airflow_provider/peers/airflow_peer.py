@@ -45,6 +45,7 @@ from iris_airflow_provider.peers.wire import (
     SyncResponse,
     TerminateRequest,
     logs_answer_limit,
+    nul_path,
 )
 
 CODE_OF_STATUS = {
@@ -135,8 +136,8 @@ class AirflowPeer:
             document = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
             raise self._malformed(path, response, f"a body that is not JSON: {_excerpt(body)}") from None
-        if _holds_nul(document):
-            raise self._malformed(path, response, "a NUL character in its JSON")
+        if (where := nul_path(document)) is not None:
+            raise self._malformed(path, response, f"a NUL character in its JSON (at {where or 'the top'})")
         try:
             return answer.model_validate(document)
         except ValidationError as error:
@@ -234,23 +235,6 @@ class AirflowPeer:
                 "were asked for",
             )
         return LogChunk(tuple(body.lines), body.next_cursor, body.truncated)
-
-
-def _holds_nul(document: Any) -> bool:
-    """Whether any string (key or value) in a parsed JSON document holds a NUL, which the store
-    cannot keep (PostgreSQL text and jsonb refuse it)."""
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            if "\x00" in node:
-                return True
-        elif isinstance(node, dict):
-            stack.extend(node.keys())
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return False
 
 
 def _start_of(response: httpx.Response, limit: int) -> bytes:

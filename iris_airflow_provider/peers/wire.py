@@ -67,6 +67,25 @@ def _sync_cursor(value: str) -> str:
     return value
 
 
+def nul_path(document: Any, path: str = "") -> str | None:
+    """Where a parsed JSON document holds a NUL character (in a key or a string), or None. The store
+    cannot keep one (PostgreSQL's text and jsonb refuse it), so no answer or request may carry it."""
+    stack: list[tuple[str, Any]] = [(path, document)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return where
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if "\x00" in str(key):
+                    return where
+                stack.append((f"{where}.{key}" if where else str(key), value))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{index}]", value) for index, value in enumerate(node))
+    return None
+
+
 Printable = AfterValidator(_printable)
 Name = Annotated[str, Field(max_length=253), Printable]  # cluster and backend ids
 Principal = Annotated[str, Field(max_length=320), Printable]  # users (e-mail addresses at most)
@@ -114,6 +133,13 @@ class HandoffRequest(Body):
     submitted_at_ms: int = Field(default=0, ge=0, le=2**63 - 1)
     backend_id: Name = ""
     spec: dict[str, Any]
+
+    @field_validator("spec")
+    @classmethod
+    def _no_nul(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        if (where := nul_path(spec, "spec")) is not None:
+            raise PydanticCustomError("nul_character", "{where} must not contain a NUL character", {"where": where})
+        return spec
 
     @classmethod
     def of(cls, handoff: Handoff) -> HandoffRequest:

@@ -22,6 +22,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
 from iris_airflow_provider.backends.base import MalformedCursorError
 from iris_airflow_provider.core.errors import SpecError
@@ -108,6 +109,14 @@ async def _invalid(_request: Request, error: RequestValidationError) -> JSONResp
     located = [{**problem, "loc": tuple(problem.get("loc", ()))[1:]} for problem in error.errors()]
     problems = SpecError.from_errors(located).problems[:5]
     return _error(PeerErrorCode.INVALID_ARGUMENT, "; ".join(str(problem) for problem in problems))
+
+
+@app.exception_handler(HTTPException)
+async def _http(_request: Request, error: HTTPException) -> JSONResponse:
+    """Starlette's own refusals (an unknown path, a wrong method) in this API's error shape."""
+    code = PeerErrorCode.NOT_FOUND if error.status_code == 404 else PeerErrorCode.INVALID_ARGUMENT
+    body = ErrorBody(code=code, message=str(error.detail))
+    return JSONResponse(status_code=error.status_code, content=body.model_dump(mode="json"), headers=error.headers)
 
 
 @app.exception_handler(BodyTooLargeError)

@@ -34,13 +34,26 @@ def marin_token(audience: str = "cw-east") -> str:
     return TokenMinter("marin", MARIN_PRIVATE).mint(audience)
 
 
-@pytest.fixture
-def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
-    """Cluster cw-east (trusting marin and cw-west) behind the peer API app, on a SQLite store."""
-    receiving = Peer(tmp_path, sqlite_store)
+def serve_peer(tmp_path: Path, store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Peer:
+    """Cluster cw-east (trusting marin and cw-west) behind the peer API app, on ``store``."""
+    receiving = Peer(tmp_path, store)
     verifier = TokenVerifier("cw-east", {"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
     monkeypatch.setattr(runtime, "get_receiver", lambda start_run: receiving.receiver)
-    monkeypatch.setattr(runtime, "get_peer_authenticator", lambda: PeerAuthenticator(verifier, sqlite_store))
+    monkeypatch.setattr(runtime, "get_peer_authenticator", lambda: PeerAuthenticator(verifier, store))
+    return receiving
+
+
+@pytest.fixture
+def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
+    receiving = serve_peer(tmp_path, sqlite_store, monkeypatch)
+    yield receiving
+    stop_all_jobs(receiving)
+
+
+@pytest.fixture
+def peer_on_each_store(tmp_path: Path, store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
+    """The same, on SQLite and on PostgreSQL (which refuses what SQLite stores, such as a NUL)."""
+    receiving = serve_peer(tmp_path, store, monkeypatch)
     yield receiving
     stop_all_jobs(receiving)
 

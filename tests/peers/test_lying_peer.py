@@ -149,7 +149,10 @@ def test_more_sync_changes_than_the_wire_allows_are_refused() -> None:
         ({"deltas": [{"job_id": JOB, "nonce": "n", "state": "exploded"}], "next_cursor": "1"}, "deltas[0].state"),
         ({"next_cursor": "1"}, "deltas: is required"),
         ([], "must be an object"),
-        ({"deltas": [{"job_id": "/a/\u0000", "nonce": "n", "state": "running"}], "next_cursor": "1"}, "a NUL"),
+        (
+            {"deltas": [{"job_id": "/a/\u0000", "nonce": "n", "state": "running"}], "next_cursor": "1"},
+            "a NUL character in its JSON (at deltas[0].job_id)",
+        ),
     ],
 )
 def test_a_sync_answer_of_the_wrong_shape_is_a_peer_error(document: Any, says: str) -> None:

@@ -202,6 +202,9 @@ async def test_a_malformed_terminate_body_is_a_400(peer: Peer, body: bytes, says
         ("submitted_at_ms", 2**70, "body.submitted_at_ms: must be <= 9223372036854775807"),
         ("nonce", "", "body.nonce: String should have at least 1 character"),
         ("spec", "echo hi", "body.spec: must be an object"),
+        # PostgreSQL's jsonb cannot hold a NUL: refused here, not a 500 from the store.
+        ("spec", {"command": "true", "env": {"A": "x\x00"}}, "body.spec: spec.env.A must not contain a NUL character"),
+        ("spec", {"command": ["true", "\x00"]}, "spec.command[1] must not contain a NUL character"),
     ],
 )
 async def test_a_malformed_handoff_envelope_is_a_400_and_nothing_is_admitted(
