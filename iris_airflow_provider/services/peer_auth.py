@@ -46,7 +46,7 @@ class PeerAuthenticator:
         if use is TokenUse.TOO_MANY:
             raise PeerError(
                 PeerErrorCode.UNAVAILABLE,
-                f"peer {token.peer!r} has more than {MAX_LIVE_TOKENS_PER_PEER} unexpired tokens here; "
-                "it calls too often, try again later",
+                f"peer {token.peer!r} already has {MAX_LIVE_TOKENS_PER_PEER} unexpired tokens here, the most "
+                "allowed: it calls too often, try again later",
             )
         return token.peer

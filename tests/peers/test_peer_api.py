@@ -13,6 +13,7 @@ import pytest
 
 from iris_airflow_provider.peers.wire import HANDOFF_BODY_LIMIT, SMALL_BODY_LIMIT
 from iris_airflow_provider.plugins.peer_api import app
+from iris_airflow_provider.services import peer_auth
 from tests.peers.conftest import bearer, marin_token
 from tests.receiving_peer import Peer
 
@@ -121,6 +122,19 @@ async def test_a_captured_token_cannot_be_replayed_on_any_route(peer: Peer) -> N
     ]:
         says = refusal(await call(method, path, token, **kwargs), 401, "unauthenticated")
         assert "was already used" in says and "every call needs a fresh token" in says
+
+
+async def test_a_peer_calling_faster_than_the_store_remembers_is_told_to_wait(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(peer_auth, "MAX_LIVE_TOKENS_PER_PEER", 2)
+    for _ in range(2):
+        assert (await call("GET", "/backends", marin_token())).status_code == 200
+    says = refusal(await call("GET", "/backends", marin_token()), 503, "unavailable")
+    assert (
+        says
+        == "peer 'marin' already has 2 unexpired tokens here, the most allowed: it calls too often, try again later"
+    )
 
 
 async def test_a_refused_body_still_spends_its_token(peer: Peer) -> None:
