@@ -148,10 +148,16 @@ class HandoffRequest(Body):
         return cls(**fields, spec=handoff.spec.model_dump(mode="json"))
 
 
+# What a report may hold: the sizes of the store's columns (a larger number would fail its write).
+ExitCode = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+EpochMs = Annotated[int, Field(ge=0, le=2**63 - 1)]
+MAX_ERROR_CHARS = 8 * KiB
+
+
 class ReplicaStatus(Body):
-    index: int
+    index: int = Field(ge=0, le=2**31 - 1)
     state: JobState
-    exit_code: int | None = None
+    exit_code: ExitCode | None = None
 
 
 class JobStatus(Body):
@@ -160,11 +166,17 @@ class JobStatus(Body):
     state: JobState
     backend_id: str = ""
     error: str = ""
-    exit_code: int | None = None
-    started_at_ms: int | None = None
-    finished_at_ms: int | None = None
+    exit_code: ExitCode | None = None
+    started_at_ms: EpochMs | None = None
+    finished_at_ms: EpochMs | None = None
     replicas: list[ReplicaStatus] = Field(default_factory=list)
     tombstone: bool = False
+
+    @field_validator("error")
+    @classmethod
+    def _bounded_error(cls, error: str) -> str:
+        """Cut to MAX_ERROR_CHARS: the parent keeps it on the job, and shows it in the task's log."""
+        return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 6] + " [cut]"
 
     @classmethod
     def of(cls, report: JobReport) -> JobStatus:
@@ -185,7 +197,7 @@ class SyncRequest(Body):
 
 class SyncResponse(Body):
     deltas: list[JobStatus]
-    next_cursor: str
+    next_cursor: SyncCursor
     cursor_stale: bool = False
 
 
@@ -196,7 +208,7 @@ class TerminateRequest(Body):
 
 class LogsResponse(Body):
     lines: list[str]
-    next_cursor: str
+    next_cursor: LogCursor
     truncated: bool = False
 
     @field_validator("lines")

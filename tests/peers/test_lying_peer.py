@@ -148,6 +148,11 @@ def test_more_sync_changes_than_the_wire_allows_are_refused() -> None:
         ({"deltas": "everything", "next_cursor": "1"}, "JSON not of the expected shape (deltas: must be a list)"),
         ({"deltas": [{"job_id": JOB, "nonce": "n", "state": "exploded"}], "next_cursor": "1"}, "deltas[0].state"),
         ({"next_cursor": "1"}, "deltas: is required"),
+        ({"deltas": [], "next_cursor": "x" * 10_000_000}, "next_cursor: "),  # kept by the parent: bounded
+        (  # a number the parent's store could not hold
+            {"deltas": [{"job_id": JOB, "nonce": "n", "state": "failed", "exit_code": 2**70}], "next_cursor": "1"},
+            "deltas[0].exit_code: must be <= 2147483647",
+        ),
         ([], "must be an object"),
         (
             {"deltas": [{"job_id": "/a/\u0000", "nonce": "n", "state": "running"}], "next_cursor": "1"},
@@ -216,3 +221,9 @@ def test_plain_http_is_refused_unless_allowed() -> None:
     with pytest.raises(ValueError, match=r"set allow_insecure_http: true on the peer"):
         AirflowPeer("cw-east", "http://cw-east.example", TokenMinter("marin", MARIN_PRIVATE))
     assert AirflowPeer("cw-east", "http://127.0.0.1:1", TokenMinter("marin", MARIN_PRIVATE), allow_insecure_http=True)
+
+
+def test_a_long_error_in_a_report_is_cut() -> None:
+    delta = {"job_id": JOB, "nonce": "n", "state": "failed", "error": "e" * 1_000_000}
+    result = lying(json_answer({"deltas": [delta], "next_cursor": "1"})).sync([JOB], "")
+    assert len(result.reports[JOB].error) == 8 * 2**10 and result.reports[JOB].error.endswith(" [cut]")
