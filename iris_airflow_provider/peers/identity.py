@@ -12,6 +12,7 @@ expiry :meth:`TokenVerifier.verify` returns.
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ TOKEN_TTL_SECONDS = 300
 CLOCK_LEEWAY_SECONDS = 30
 ALGORITHM = "EdDSA"
 MAX_JTI_LENGTH = 128  # a minted one is 32 hex digits; the receiver stores each until it expires
+_JTI = re.compile(rf"[\x21-\x7e]{{1,{MAX_JTI_LENGTH}}}")  # printable ASCII: the store keeps it as text
 
 
 class UnauthenticatedError(Exception):
@@ -136,8 +138,10 @@ class TokenVerifier:
         if claims["exp"] - claims["iat"] > TOKEN_TTL_SECONDS + CLOCK_LEEWAY_SECONDS:
             raise UnauthenticatedError(f"token from {issuer!r} lives longer than {TOKEN_TTL_SECONDS} s")
         jti = claims["jti"]
-        if not isinstance(jti, str) or not 0 < len(jti) <= MAX_JTI_LENGTH:
-            raise UnauthenticatedError(f"token from {issuer!r} needs a jti of 1 to {MAX_JTI_LENGTH} characters")
+        if not isinstance(jti, str) or not _JTI.fullmatch(jti):
+            raise UnauthenticatedError(
+                f"token from {issuer!r} needs a jti of 1 to {MAX_JTI_LENGTH} printable ASCII characters"
+            )
         # PyJWT refused an iat in the future, so this is at most TTL + 2 x leeway from now.
         usable_until_ms = (int(claims["exp"]) + CLOCK_LEEWAY_SECONDS) * 1000
         return VerifiedToken(str(issuer), jti, usable_until_ms)
