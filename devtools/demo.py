@@ -212,7 +212,8 @@ def airflow_peer(home: Path, parent_config: dict[str, Any]) -> tuple[AirflowDepl
         cluster_config=peer_cluster,
         passwords={"admin": "admin"},
     )
-    return peer, {"id": "cw-east", "kind": "airflow", "url": peer.base_url}
+    # Plain HTTP on loopback: the demo has no TLS certificate (a real peer is reached over https).
+    return peer, {"id": "cw-east", "kind": "airflow", "url": peer.base_url, "allow_insecure_http": True}
 
 
 def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> None:

@@ -54,6 +54,7 @@ def build_peers(config: ClusterConfig) -> dict[str, Peer]:
                 minter,
                 timeout_seconds=peer.timeout_seconds,
                 delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
+                allow_insecure_http=peer.allow_insecure_http,
             )
         else:
             backends = [build_backend(config, peer.id, b) for b in peer.backends]

@@ -33,7 +33,12 @@ class SpecError(ValueError):
 
     @classmethod
     def from_validation_error(cls, error: ValidationError, prefix: str = "") -> SpecError:
-        return cls([FieldProblem(join_path(prefix, _path(e["loc"])), _message(e)) for e in error.errors()])
+        return cls.from_errors(error.errors(), prefix)
+
+    @classmethod
+    def from_errors(cls, errors: Iterable[Any], prefix: str = "") -> SpecError:
+        """From pydantic's error dicts (``ValidationError.errors()``, or FastAPI's request errors)."""
+        return cls([FieldProblem(join_path(prefix, _path(e["loc"])), _message(e)) for e in errors])
 
 
 def join_path(prefix: str, path: str) -> str:

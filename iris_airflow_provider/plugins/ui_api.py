@@ -16,7 +16,12 @@ Authorization is Airflow's auth manager's, per job, on the DAG it belongs to
 instances, cancelling ``PUT`` (what marking its task failed needs). A job with no DAG needs the
 same on all DAGs. A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
 which a cross-site form cannot send (CSRF). Errors are ``{"detail": "<message>"}``; a bad
-parameter is a 422 whose message starts with the parameter's name.
+parameter (out of range, unknown, or holding a control character such as NUL) is a 422 whose
+message starts with the parameter's name, never a 500.
+
+No route takes a body (cancel's job id is a query parameter), so nothing is read before the caller
+is authenticated. The API's description is for signed-in users only: ``openapi.json`` and the
+``docs`` page need the same Airflow token or cookie as the API.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from iris_airflow_provider.backends.base import now_ms
@@ -65,6 +71,9 @@ app = FastAPI(
     title="Iris federation UI API",
     description="Peers, jobs, explanations and cancel for the Federation page and scripts (Airflow token required).",
     version="1",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,  # served below, to signed-in users only
 )
 app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -200,6 +209,18 @@ def _enum_list(name: str, raw: list[str] | None, enum: type[JobState] | type[Dir
 
 
 # Endpoints ---------------------------------------------------------------------------------------------
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi(_who: CallerDep) -> dict[str, Any]:
+    return app.openapi()
+
+
+@app.get("/docs", include_in_schema=False)
+def docs(_who: CallerDep, request: Request) -> HTMLResponse:
+    """The API's Swagger page; it fetches ``openapi.json`` with the same sign-in (the UI's cookie)."""
+    root = request.scope.get("root_path", "").rstrip("/")
+    return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{app.title} - docs")
 
 
 @app.get("/api/peers")

@@ -14,7 +14,7 @@ from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.ledger import LedgerEntry
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.store.records import CancelOutcome, HandoffRefusal, JobRecord, NewIncarnation, PeerRecord
-from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome
+from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome, TokenUse
 
 
 class JobReads(Protocol):
@@ -109,6 +109,12 @@ class DeliveryStore(Protocol):
     def defer_delivery(self, job_id: str, nonce: str, error: str, retry_at_ms: int, now_ms: int) -> bool: ...
 
     def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome: ...
+
+
+class SeenTokenStore(Protocol):
+    """Peer tokens used here (single use)."""
+
+    def use_token(self, issuer: str, jti: str, usable_until_ms: int, now_ms: int, *, max_live: int) -> TokenUse: ...
 
 
 class RetentionStore(Protocol):

@@ -202,3 +202,13 @@ leases = sa.Table(
     sa.Column("holder", sa.Text, nullable=False),
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
 )
+
+# Peer tokens used here, each kept until it can no longer be accepted: a reused jti is a replay.
+seen_tokens = sa.Table(
+    "iris_seen_tokens",
+    metadata,
+    sa.Column("issuer", sa.Text, primary_key=True),  # the calling cluster
+    sa.Column("jti", sa.Text, primary_key=True),
+    sa.Column("usable_until_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_iris_seen_tokens_usable_until_ms", "usable_until_ms"),
+)

@@ -16,7 +16,8 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 - :mod:`.logs`: relayed output and history events;
 - :mod:`.feed`: what peers read (received jobs and changes) and sync cursors;
 - :mod:`.leases`: named expiring locks;
-- :mod:`.retention`: pruning finished jobs past the retention.
+- :mod:`.retention`: pruning finished jobs past the retention;
+- :mod:`.seen_tokens`: peer tokens already used here (single use).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from iris_airflow_provider.store.ledger import Ledger
 from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
 from iris_airflow_provider.store.retention import Retention
+from iris_airflow_provider.store.seen_tokens import SeenTokens, TokenUse
 
-__all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "request_cancel"]
+__all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "TokenUse", "request_cancel"]
 
 
-class FederationStore(Migrations, Jobs, Handoffs, Ledger, Heartbeats, Logs, Feed, Leases, Retention):
+class FederationStore(Migrations, Jobs, Handoffs, Ledger, Heartbeats, Logs, Feed, Leases, Retention, SeenTokens):
     @classmethod
     def from_url(cls, url: str) -> FederationStore:
         return cls(create_store_engine(url))

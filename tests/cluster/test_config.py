@@ -18,6 +18,7 @@ from iris_airflow_provider.cluster.config import (
 )
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
+from iris_airflow_provider.peers.identity import generate_keypair
 
 EXAMPLE_YAML = """\
 name: marin
@@ -184,6 +185,36 @@ def test_a_peer_cannot_carry_the_clusters_own_name(tmp_path: Path) -> None:
             source="c.yaml",
         )
     assert problems(error) == {"c.yaml: peers": "a peer cannot be named 'marin': that is this cluster's own name"}
+
+
+def test_an_airflow_peer_over_plain_http_is_refused_naming_the_field_and_the_remedy(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "http.yaml", "name: marin\npeers: [{id: cw-east, kind: airflow, url: 'http://cw-east:8080'}]\n"
+    )
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(path)
+    assert problems(error) == {
+        f"{path}: peers[0].url": "'http://cw-east:8080' is plain http://, which sends peer tokens and jobs in the "
+        "clear: use https://, or set allow_insecure_http: true on this peer (tests and local demos only)"
+    }
+
+
+def test_plain_http_is_allowed_for_a_peer_that_says_so_and_https_always(tmp_path: Path) -> None:
+    key = tmp_path / "marin.key"
+    key.write_text(generate_keypair()[0])
+    config = parse_cluster_config(
+        {
+            "name": "marin",
+            "federation": {"private_key": str(key)},
+            "peers": [
+                {"id": "local-peer", "kind": "airflow", "url": "http://127.0.0.1:8081", "allow_insecure_http": True},
+                {"id": "cw-east", "kind": "airflow", "url": "https://airflow.cw-east.example.com/"},
+            ],
+        }
+    )
+    peers = build_peers(config)
+    assert peers["local-peer"].address == "http://127.0.0.1:8081"
+    assert peers["cw-east"].address == "https://airflow.cw-east.example.com"
 
 
 def test_bad_names_are_refused_with_what_is_accepted(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ name: marin
 placement: {{sync_interval_seconds: 2}}
 federation: {{private_key: {root / "marin.key"}}}
 backends: [{{id: cpu, kind: process, max_running_jobs: 4}}]
-peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}"}}]
+peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}", allow_insecure_http: true}}]
 """
     )
     (root / "peer.yaml").write_text(
@@ -182,11 +182,11 @@ def test_a_submitter_the_peer_does_not_admit_is_rejected_and_nothing_runs_there(
 
 def test_forged_expired_and_misdirected_tokens_are_refused(federation):
     marin_key, _ = federation.keys["marin"]
-    good = TokenMinter("marin", marin_key).mint()
+    good = TokenMinter("marin", marin_key).mint("cw-east")
     assert call_peer(federation, "GET", "/backends", good).status_code == 200
-    forged = TokenMinter("marin", generate_keypair()[0]).mint()  # signed with someone else's key
-    expired = TokenMinter("marin", marin_key, clock=lambda: time.time() - 3600).mint()
-    stranger = TokenMinter("nobody", generate_keypair()[0]).mint()
+    forged = TokenMinter("marin", generate_keypair()[0]).mint("cw-east")  # signed with someone else's key
+    expired = TokenMinter("marin", marin_key, clock=lambda: time.time() - 3600).mint("cw-east")
+    stranger = TokenMinter("nobody", generate_keypair()[0]).mint("cw-east")
     for token in (None, "not-a-jwt", forged, expired, stranger, _wrong_audience(marin_key)):
         response = call_peer(federation, "GET", "/backends", token)
         assert response.status_code == 401, (token, response.text)
@@ -195,7 +195,7 @@ def test_forged_expired_and_misdirected_tokens_are_refused(federation):
     run = federation.parent.trigger("e2e_job", {"job": gpu("sleep 1")}, user="alice")
     assert federation.parent.wait_for_run("e2e_job", run) == "success"
     job_id = job_of(federation.parent, run)
-    rogue = TokenMinter("rogue", federation.keys["rogue"][0]).mint
+    rogue = partial(TokenMinter("rogue", federation.keys["rogue"][0]).mint, "cw-east")
     synced = call_peer(federation, "POST", "/sync", rogue(), json={"cursor": ""}).json()
     assert synced["deltas"] == []
     assert call_peer(federation, "POST", "/terminate", rogue(), json={"job_id": job_id}).status_code == 404
@@ -208,7 +208,9 @@ def test_forged_expired_and_misdirected_tokens_are_refused(federation):
         json={"job_id": "/alice/spoof", "nonce": "n", "requester": "marin", "submitting_user": "alice", "spec": {}},
     )
     assert spoof.status_code == 403 and "does not match the authenticated peer 'rogue'" in spoof.json()["message"]
-    marin_view = call_peer(federation, "POST", "/sync", TokenMinter("marin", marin_key).mint(), json={"cursor": ""})
+    marin_view = call_peer(
+        federation, "POST", "/sync", TokenMinter("marin", marin_key).mint("cw-east"), json={"cursor": ""}
+    )
     assert job_id in {delta["job_id"] for delta in marin_view.json()["deltas"]}
 
 

@@ -175,6 +175,7 @@ def test_a_viewer_reads_everything_but_may_cancel_nothing(client, as_user):
         ("/api/jobs", {"peer": "cw\x7f"}, "peer"),
         ("/api/jobs/describe", {"job_id": "/../.."}, "job_id"),
         ("/api/jobs/explain", {"job_id": "/alice/train\x00"}, "job_id"),
+        ("/api/jobs", {"state": "pending\x00"}, "state"),
     ],
 )
 def test_a_bad_parameter_is_a_422_naming_it(client, as_user, path, params, parameter):
@@ -193,6 +194,15 @@ def test_a_cancel_of_an_invalid_job_id_is_a_422_stating_the_rule(client, as_user
     assert response.status_code == 422
     assert response.json()["detail"].startswith("job_id: must look like /<user>/<name>")
     assert "'.' segment" in response.json()["detail"]
+
+
+def test_a_control_character_is_named_as_such_and_a_cancel_is_refused_too(client, as_user, federation):
+    response = client.get("/api/jobs", params={"peer": "cw\x00"}, headers=as_user("admin"))
+    detail = response.json()["detail"]
+    assert detail.startswith("peer: ") and "control" in detail
+    response = client.post("/api/jobs/cancel", params={"job_id": TRAIN + "\x00"}, headers=as_user("admin"))
+    assert (response.status_code, response.json()["detail"].split(":")[0]) == (422, "job_id")
+    assert not federation.store.get_job(TRAIN).cancel_requested
 
 
 @pytest.mark.parametrize("path", ["/api/jobs/describe", "/api/jobs/explain"])
@@ -328,3 +338,48 @@ def test_the_plugin_registers_the_page_in_the_navigation_and_serves_its_bundle(c
 def test_the_bundle_is_valid_javascript():
     check = subprocess.run(["node", "--check", str(ui_api.STATIC_DIR / ui_api.BUNDLE)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+# What arrives unauthenticated ---------------------------------------------------------------------------
+
+
+class LazyBody:
+    """A 300 MiB request body produced on demand, counting what the server pulled."""
+
+    def __init__(self, size: int = 300 * 2**20) -> None:
+        self.size = size
+        self.pulled = 0
+
+    async def __aiter__(self):
+        while self.pulled < self.size:
+            self.pulled += 2**20
+            yield b"x" * 2**20
+
+
+@pytest.mark.parametrize("authenticated", [False, True])
+async def test_a_300_mib_body_sent_to_cancel_is_never_read(client, as_user, authenticated):
+    """Cancel takes its job id as a query parameter: no route of this API reads a body."""
+    import httpx
+
+    body = LazyBody()
+    headers = {"Content-Length": str(body.size), **(as_user("admin") if authenticated else {})}
+    transport = httpx.ASGITransport(app=ui_api.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://airflow") as http:
+        response = await http.post("/api/jobs/cancel", params={"job_id": TRAIN}, content=body, headers=headers)
+    assert response.status_code == (200 if authenticated else 401), response.text
+    assert body.pulled == 0
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs"])
+def test_the_api_description_is_for_signed_in_users_only(client, as_user, token, path):
+    assert client.get(path).status_code == 401
+    assert client.get(path, headers={"Authorization": "Bearer not.a.jwt"}).status_code == 401
+    signed_in = client.get(path, headers=as_user("viewer"))
+    assert signed_in.status_code == 200
+    if path == "/openapi.json":
+        assert "/api/jobs/cancel" in signed_in.json()["paths"]
+    else:  # the Swagger page, which fetches the document with the same (cookie) sign-in
+        assert "/openapi.json" in signed_in.text
+        client.cookies.set(ui_api.COOKIE, token("viewer"))
+        assert client.get(path).status_code == 200
+    assert client.get("/redoc", headers=as_user("viewer")).status_code == 404
