@@ -45,8 +45,7 @@ class Hold:
         return (self.peer_id, self.backend_id)
 
     def text(self) -> str:
-        """``holding cw-h100/default for /alice/big (waiting 41 min)``"""
-        return f"holding {self.peer_id}/{self.backend_id} for {self.job_id} (waiting {waited(self.waited_ms)})"
+        return holding_text(self.peer_id, self.backend_id, self.job_id, self.waited_ms)
 
     def to_wire(self) -> dict[str, object]:
         return {
@@ -56,6 +55,11 @@ class Hold:
             "needs": dict(self.needs),
             "available": dict(self.available),
         }
+
+
+def holding_text(peer_id: str, backend_id: str, job_id: str, waited_ms: int) -> str:
+    """``holding cw-h100/default for /alice/big (waiting 41 min)``"""
+    return f"holding {peer_id}/{backend_id} for {job_id} (waiting {waited(waited_ms)})"
 
 
 def waited(ms: int) -> str:

@@ -30,6 +30,7 @@ class TickReport:
     heartbeats: dict[str, str] = field(default_factory=dict)  # peer -> "ok" or the error
     expired: list[str] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)  # "job->peer/backend"
+    holding: list[str] = field(default_factory=list)  # "peer/backend for job": held for starving jobs
     delivered: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     retrying: list[str] = field(default_factory=list)
@@ -44,7 +45,18 @@ class TickReport:
 
     def summary(self) -> str:
         parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
-        for name in ("expired", "promoted", "delivered", "rejected", "retrying", "requeued", "reported", "cancelled"):
+        names = (
+            "expired",
+            "promoted",
+            "holding",
+            "delivered",
+            "rejected",
+            "retrying",
+            "requeued",
+            "reported",
+            "cancelled",
+        )
+        for name in names:
             items: list[str] = getattr(self, name)
             if items:
                 parts.append(f"{name} {len(items)}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
@@ -70,10 +82,9 @@ class Tick:
         if task_states is not None:
             report.cancelled += cancel_orphans(self.store, task_states, self.cancels.cancel)
         report.heartbeats = self.heartbeats.all()
-        self.store.prune_ledger()
         report.expired = self.store.expire_queued(self.clock())
         placed = self.placement.place()
-        report.promoted, report.pending = placed.promoted, placed.pending
+        report.promoted, report.pending, report.holding = placed.promoted, placed.pending, placed.holding
         delivered = self.delivery.deliver()
         report.delivered += delivered.delivered
         report.rejected += delivered.rejected
