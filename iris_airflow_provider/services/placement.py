@@ -1,8 +1,10 @@
 """The placement step of the tick, and the one place its inputs are read from the store.
 
 :func:`placement_snapshot` assembles what the pure placement pass reads (queued jobs as candidates,
-the configured peers as last heartbeated, the ledger, the time); the tick places from it and a
-pending job's explanation (:mod:`iris_airflow_provider.services.job_views`) replays it.
+the configured peers as last heartbeated, the jobs in flight on them, last tick's holds, the time);
+the tick places from it and a pending job's explanation
+(:mod:`iris_airflow_provider.services.job_views`) replays it. Placing applies the pass's promotions
+by compare-and-set and saves its holds (conditionally: only for jobs still queued).
 """
 
 from __future__ import annotations

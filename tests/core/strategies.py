@@ -118,9 +118,7 @@ def states(draw: st.DrawFn, max_jobs: int = 40) -> dict:
 def extras(draw: st.DrawFn, peer_ids: list[str], jobs: list[Candidate], keys: list[tuple[str, str]]) -> dict:
     """Jobs in flight per peer, last tick's holds, and how long a job waits before it may hold."""
     active = {pid: draw(st.integers(0, 3)) for pid in peer_ids if draw(st.booleans())}
-    previous = {
-        c.job_id: draw(st.sampled_from(keys)) for c in jobs if keys and c.gate and draw(st.integers(0, 3)) == 0
-    }
+    previous = {c.job_id: draw(st.sampled_from(keys)) for c in jobs if keys and c.gate and draw(st.integers(0, 3)) == 0}
     # Jobs are submitted at 0..5: NOW - 3 makes those submitted before 3 eligible.
     reserve_after = draw(st.sampled_from([None, None, 0, NOW - 3, NOW - 3, 1]))
     return {"active": active, "previous_holds": previous, "reserve_after": reserve_after}

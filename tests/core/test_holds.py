@@ -36,9 +36,7 @@ class TestTheStream:
         jobs = [job("/alice/big", count=32, submitted=OLD), job("/bob/small", count=8, submitted=OLD + 1)]
         result = run(jobs, peers)
         assert placed(result) == {}
-        assert result.holds == (
-            Hold("/alice/big", "cw-h100", "default", {"h100": 32}, {"h100": 8}, 41 * 60_000),
-        )
+        assert result.holds == (Hold("/alice/big", "cw-h100", "default", {"h100": 32}, {"h100": 8}, 41 * 60_000),)
         assert result.holds[0].text() == "holding cw-h100/default for /alice/big (waiting 41 min)"
         assert result.holds[0].to_wire() == {
             "job_id": "/alice/big",

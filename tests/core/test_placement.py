@@ -204,9 +204,7 @@ def test_ungated_spreading_lasts_across_ticks_by_counting_jobs_already_in_flight
 
 def test_ungated_jobs_go_to_the_fewest_jobs_in_flight_plus_promotions_this_pass_ties_by_peer_id():
     peers = [peer(name, backend("cpu", free={})) for name in ("a", "b", "c")]
-    result = plan(
-        [cpu_job(f"/u/{i}", submitted=i) for i in range(4)], peers, now_ms=NOW, active_jobs={"a": 3, "b": 1}
-    )
+    result = plan([cpu_job(f"/u/{i}", submitted=i) for i in range(4)], peers, now_ms=NOW, active_jobs={"a": 3, "b": 1})
     # loads (a, b, c): (3, 1, 0) -> c; (3, 1, 1) -> b; (3, 2, 1) -> c; (3, 2, 2) -> b, the lower id of a tie
     assert [p.peer_id for p in result.promotions] == ["c", "b", "c", "b"]
 

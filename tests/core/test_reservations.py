@@ -65,7 +65,11 @@ class TestTheRule:
             ("cw", "default"): ["/u/a", "/u/b"]
         }
         [row] = as_ledger(jobs, peers)
-        assert (row.key, row.observation_epoch_ms, dict(row.reserved)) == (("cw", "default"), NOW - 10_000, {"h100": 10})
+        assert (row.key, row.observation_epoch_ms, dict(row.reserved)) == (
+            ("cw", "default"),
+            NOW - 10_000,
+            {"h100": 10},
+        )
 
     def test_every_job_in_flight_counts_towards_its_peers_load(self):
         jobs = [InFlight("/u/a", "cw", "default", H100_8), InFlight("/u/b", "cw", ""), InFlight("/u/c", "tpu", "x")]

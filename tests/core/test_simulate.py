@@ -691,7 +691,10 @@ class TestCapacityContract:
         ]
         peers = [self.h100_peer("p1", 8, 32), self.h100_peer("p2", 16, 32)]
         output = simulate(state(*peers, jobs=jobs, reserve_after_ms=1000))
-        assert [(r["job_id"], r["peer_id"]) for r in output["reservations"]] == [("/a/first", "p2"), ("/b/second", "p1")]
+        assert [(r["job_id"], r["peer_id"]) for r in output["reservations"]] == [
+            ("/a/first", "p2"),
+            ("/b/second", "p1"),
+        ]
 
     def test_the_example(self):
         output = simulate(load("simulate-capacity.json"))

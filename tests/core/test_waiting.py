@@ -103,7 +103,10 @@ class TestWhatItWaitsFor:
             "41 min): no job behind that one in the queue is placed there until it is."
         )
         [row] = explained["explanation"]["peers"][0]["backends"]
-        assert (row["held_for"], row["hold"]) == ("/alice/big", "holding cw-h100/default for /alice/big (waiting 41 min)")
+        assert (row["held_for"], row["hold"]) == (
+            "/alice/big",
+            "holding cw-h100/default for /alice/big (waiting 41 min)",
+        )
 
     def test_capacity_reserved_for_jobs_handed_off_is_shown_and_counted(self) -> None:
         waiting = spec("/alice/next", 8)
