@@ -219,23 +219,25 @@ def plan(
             tokens = gate_tokens[candidate.gate] = tuple(token for token, _ in candidate.gate)
         class_key = (candidate.shape, candidate.pinned_peer_id, candidate.band, tokens, candidate.avoided_peer_ids)
         opts = options.get(class_key)
-        if opts is None:
-            per_peer = matches.get(candidate.shape)
-            if per_peer is None:
-                per_peer = matches[candidate.shape] = match(candidate.shape)
-            if candidate.pinned_peer_id:
-                pinned = peer_index.get(candidate.pinned_peer_id)
-                per_peer = [] if pinned is None else [per_peer[pinned]]
-            if candidate.avoided_peer_ids:
-                per_peer = [peer for peer in per_peer if peer.peer_id not in candidate.avoided_peer_ids]
-            opts = options[class_key] = build_options(
-                per_peer,
-                tokens,
-                promoted,
-                max_per_peer,
-                shapeless=not candidate.shape,
-                pin=candidate.pinned_peer_id,
-            )
+        return opts if opts is not None else build(candidate, class_key, tokens)
+
+    def build(candidate: Candidate, class_key: tuple[object, ...], tokens: tuple[str, ...]) -> Options:
+        per_peer = matches.get(candidate.shape)
+        if per_peer is None:
+            per_peer = matches[candidate.shape] = match(candidate.shape)
+        if candidate.pinned_peer_id:
+            pinned = peer_index.get(candidate.pinned_peer_id)
+            per_peer = [] if pinned is None else [per_peer[pinned]]
+        if candidate.avoided_peer_ids:
+            per_peer = [peer for peer in per_peer if peer.peer_id not in candidate.avoided_peer_ids]
+        opts = options[class_key] = build_options(
+            per_peer,
+            tokens,
+            promoted,
+            max_per_peer,
+            shapeless=not candidate.shape,
+            pin=candidate.pinned_peer_id,
+        )
         return opts
 
     def hold(candidate: Candidate, opts: Options) -> None:
@@ -263,37 +265,40 @@ def plan(
 
     for position, candidate in enumerate(live):
         if not open_peers:  # every peer is at its cap: nothing else can go anywhere this pass
-            for rest in live[position:]:
-                pending.append(Pending(rest.job_id, queued_reason(rest.pinned_peer_id)))
-                if eligible(rest):
-                    hold(rest, options_of(rest))
+            rest = live[position:]
+            pending.extend(Pending(c.job_id, queued_reason(c.pinned_peer_id)) for c in rest)
+            if reserve_after_ms:  # but a starving job may still hold a backend
+                for starving in rest:
+                    if eligible(starving):
+                        hold(starving, options_of(starving))
             break
-        opts = options_of(candidate)
-        rank = candidate.band.rank
+        # The class's options, inlined (this runs once per queued job).
+        gate = candidate.gate
+        tokens = gate_tokens.get(gate)
+        if tokens is None:
+            tokens = gate_tokens[gate] = tuple(token for token, _ in gate)
+        class_key = (candidate.shape, candidate.pinned_peer_id, candidate.band, tokens, candidate.avoided_peer_ids)
+        opts = options.get(class_key)
+        if opts is None:
+            opts = build(candidate, class_key, tokens)
         choice = (
-            choose_gated(candidate.gate, rank, opts, promoted, max_per_peer)
-            if candidate.gate
+            choose_gated(candidate, opts, promoted, max_per_peer)
+            if gate
             else choose_ungated(opts, promoted, active, max_per_peer)
         )
         if choice is None:
             pending.append(Pending(candidate.job_id, queued_reason(candidate.pinned_peer_id)))
-            if eligible(candidate):
+            if reserve_after_ms and eligible(candidate):
                 hold(candidate, opts)
             continue
         if isinstance(choice, Tracked):
             index = choice.peer
-            preempts = any(choice.capacity.free.get(token, 0) < need for token, need in candidate.gate)
-            for token, need in candidate.gate:
+            preempts = any(choice.capacity.free.get(token, 0) < need for token, need in gate)
+            rank = candidate.band.rank
+            for token, need in gate:
                 choice.capacity.spend(token, need, rank)
             promotions.append(
-                Promotion(
-                    candidate.job_id,
-                    choice.peer_id,
-                    choice.backend_id,
-                    preempts,
-                    dict(candidate.gate),
-                    choice.observation,
-                )
+                Promotion(candidate.job_id, choice.peer_id, choice.backend_id, preempts, dict(gate), choice.observation)
             )
         else:
             index, peer_id, backend_id = choice

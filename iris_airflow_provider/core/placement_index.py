@@ -20,10 +20,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from iris_airflow_provider.core.capacity import WorkingCapacity
 
 UNBOUNDED = 1 << 62
+
+
+class _Band(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+
+class GatedCandidate(Protocol):
+    """What the choice reads of a candidate (``placement.Candidate``)."""
+
+    @property
+    def gate(self) -> tuple[tuple[str, int], ...]: ...
+
+    @property
+    def band(self) -> _Band: ...
 
 
 @dataclass(slots=True)
@@ -114,15 +130,17 @@ def build_options(
 
 
 def choose_gated(
-    gate: tuple[tuple[str, int], ...], rank: int, opts: Options, promoted: list[int], cap: int
+    candidate: GatedCandidate, opts: Options, promoted: list[int], cap: int
 ) -> Tracked | tuple[int, str, str] | None:
     """Best first: no preemption over preemption, the tightest fit, peer id, backend id; a
     shape-only target only when no tracked one fits."""
+    gate = candidate.gate
     bound = opts.bound
     for token, need in gate:
         if need > bound[token]:  # more than any of the class's options can still offer
             break
     else:
+        rank = candidate.band.rank
         best: Tracked | None = None
         best_key: tuple[bool, int, str, str] | None = None
         ceiling = dict.fromkeys(opts.bound, -1)
@@ -154,7 +172,7 @@ def choose_gated(
         if best is not None:
             return best
         opts.bound = ceiling
-    return _first_shape_only(opts, promoted, cap)
+    return _first_shape_only(opts, promoted, cap) if opts.shape_only else None
 
 
 def _first_shape_only(opts: Options, promoted: list[int], cap: int) -> tuple[int, str, str] | None:
