@@ -20,6 +20,7 @@ Run through ``python -m bench.placement_bench`` (``--scenarios-only`` for these 
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 from collections.abc import Sequence
@@ -264,3 +265,34 @@ def as_json(figures: dict[str, Any]) -> dict[str, Any]:
             for run in figures["lagging"]
         ],
     }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenarios-only", action="store_true", help="only the multi-tick capacity scenarios")
+    parser.add_argument("--skip-scenarios", action="store_true", help="leave out the multi-tick capacity scenarios")
+    parser.add_argument("--stream-ticks", type=int, default=2000, help="ticks of the stream scenario (default: 2000)")
+    parser.add_argument("--stream-peers", type=int, default=4, help="peers of 32 h100 in the stream (default: 4)")
+    parser.add_argument("--big-every", type=int, default=100, help="a big job every this many ticks (default: 100)")
+    parser.add_argument(
+        "--stream-load", type=float, default=1.1, help="small jobs' demand over the fleet's capacity (default: 1.1)"
+    )
+    parser.add_argument(
+        "--reserve-after", type=int, default=1800, help="seconds a big job waits before it holds (default: 1800)"
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return run_all(
+        seed=args.seed,
+        ticks=args.stream_ticks,
+        peers=args.stream_peers,
+        big_every=args.big_every,
+        load=args.stream_load,
+        reserve_after_s=args.reserve_after,
+    )
+
+
+def print_from_args(figures: dict[str, Any], args: argparse.Namespace) -> None:
+    print_scenarios(
+        figures, ticks=args.stream_ticks, peers=args.stream_peers, big_every=args.big_every, load=args.stream_load
+    )

@@ -437,17 +437,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"runs of the reference below {GOAL_CASE}, which runs once at {GOAL_CASE} (default: 3)",
     )
     parser.add_argument("--gc", action="store_true", help="leave the garbage collector on while timing")
-    parser.add_argument("--scenarios-only", action="store_true", help="only the multi-tick capacity scenarios")
-    parser.add_argument("--skip-scenarios", action="store_true", help="leave out the multi-tick capacity scenarios")
-    parser.add_argument("--stream-ticks", type=int, default=2000, help="ticks of the stream scenario (default: 2000)")
-    parser.add_argument("--stream-peers", type=int, default=4, help="peers of 32 h100 in the stream (default: 4)")
-    parser.add_argument("--big-every", type=int, default=100, help="a big job every this many ticks (default: 100)")
-    parser.add_argument(
-        "--stream-load", type=float, default=1.1, help="small jobs' demand over the fleet's capacity (default: 1.1)"
-    )
-    parser.add_argument(
-        "--reserve-after", type=int, default=1800, help="seconds a big job waits before it holds (default: 1800)"
-    )
+    capacity_scenarios.add_arguments(parser)
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sizes.split(",") if name.strip()]
     unknown = [name for name in names if name not in CASES]
@@ -482,28 +472,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "staleness_ms": STALENESS_MS,
         "gc_enabled_while_timing": args.gc,
     }
-    scenarios = None
-    if not args.skip_scenarios:
-        scenarios = capacity_scenarios.run_all(
-            seed=args.seed,
-            ticks=args.stream_ticks,
-            peers=args.stream_peers,
-            big_every=args.big_every,
-            load=args.stream_load,
-            reserve_after_s=args.reserve_after,
-        )
+    scenarios = None if args.skip_scenarios else capacity_scenarios.run_from_args(args)
     if args.scenarios_only:
         assert scenarios is not None
         if args.json:
             print(json.dumps({"environment": env, "scenarios": capacity_scenarios.as_json(scenarios)}, indent=2))
         else:
-            capacity_scenarios.print_scenarios(
-                scenarios,
-                ticks=args.stream_ticks,
-                peers=args.stream_peers,
-                big_every=args.big_every,
-                load=args.stream_load,
-            )
+            capacity_scenarios.print_from_args(scenarios, args)
         return 0
     rows = [
         run_case(
@@ -528,13 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print_table(rows, env, config)
         if scenarios is not None:
-            capacity_scenarios.print_scenarios(
-                scenarios,
-                ticks=args.stream_ticks,
-                peers=args.stream_peers,
-                big_every=args.big_every,
-                load=args.stream_load,
-            )
+            capacity_scenarios.print_from_args(scenarios, args)
     return 1 if any(row.identical is False for row in rows) else 0
 
 
