@@ -3,12 +3,13 @@ fit soonest, and nothing behind it in the queue is placed there until it is."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.holds import Hold, waited
 from iris_airflow_provider.core.placement import plan
 from tests.core.builders import NOW, backend, cpu_job, gpu, job, peer
 
-HOUR = 3_600_000
 RESERVE_AFTER = 1_800_000
 OLD = NOW - 41 * 60_000  # waited 41 min: past the 30 min default
 
@@ -134,8 +135,6 @@ class TestWhichBackend:
             ("/alice/big", "b", "default")
         ]
         # The job now avoids a (requeued from it): same.
-        from dataclasses import replace
-
         avoiding = replace(job("/alice/big", count=32, submitted=OLD), avoided_peer_ids=frozenset({"a"}))
         peers = [peer("a", h100("default", 8)), peer("b", h100("default", 4))]
         assert holds(run([avoiding], peers, previous_holds=previous)) == [("/alice/big", "b", "default")]

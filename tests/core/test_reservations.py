@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules, PlacementSnapshot, place
 from iris_airflow_provider.core.reservations import (
@@ -27,8 +28,6 @@ H100_8 = {"h100": 8}
 
 def lagging_peer(tick: int, *, free: int = 8, held: int = 0, observed_after: int | None = None):
     """A peer heartbeated at ``tick`` (a newer observation every time) reporting ``free`` h100 free."""
-    from iris_airflow_provider.core.bands import Band
-
     return peer(
         "cw",
         gpu("default", "h100", free, epoch=NOW + tick, total={"h100": 16}, held={Band.INTERACTIVE: held}),

@@ -18,7 +18,7 @@ from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
-from iris_airflow_provider.store.records import NewIncarnation, Origin
+from iris_airflow_provider.store.records import HandoffRefusal, NewIncarnation, Origin
 from iris_airflow_provider.store.schema import VERSION_TABLE, capacity_holds, jobs, metadata
 
 NOW = 1_700_000_000_000
@@ -157,8 +157,6 @@ class TestReservations:
         assert store.in_flight_handoffs() == [InFlight("/alice/a", "cw", "default", {"h100": 8}, NOW + 2)]
 
     def test_a_finished_or_requeued_job_reserves_nothing_and_its_next_incarnation_starts_afresh(self, store):
-        from iris_airflow_provider.store.records import HandoffRefusal
-
         queue(store, "/alice/a")
         queue(store, "/alice/b")
         store.apply_promotions([promotion("/alice/a"), promotion("/alice/b")], NOW)
