@@ -27,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser(
         "simulate",
         help="print what the federation would do with a given state (JSON in, JSON out)",
-        description="Read one JSON state (local backends, peers, jobs, ledger) and print the decisions, "
-        "promotions, pending reasons, expired jobs and updated ledger of one placement tick.",
+        description="Read one JSON state (local backends, peers, jobs, ledger, reserve_after_ms) and print the "
+        "decisions, promotions, pending reasons, expired jobs, updated ledger and reservations (backends held for "
+        "starving jobs) of one placement tick.",
     )
     simulate.add_argument("file", help="input JSON file, or - for standard input")
     simulate.add_argument("--no-explain", action="store_true", help="leave out pending jobs' explanations")

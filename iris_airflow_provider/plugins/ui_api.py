@@ -249,6 +249,7 @@ def jobs(
 ) -> dict[str, Any]:
     """The jobs the caller may read, newest first, one page at a time."""
     from iris_airflow_provider.plugins.job_documents import job_row_document
+    from iris_airflow_provider.services.job_views import never_fitting
 
     job_filter = JobFilter(
         states=_enum_list("state", state, JobState),
@@ -264,10 +265,12 @@ def jobs(
     page = queries.list_jobs(job_filter, scope, limit=limit, offset=offset)
     facets = queries.facets(scope)
     now = now_ms()
+    never = never_fitting(fed, page.jobs, now)
     rows = []
     for job in page.jobs:
         row = job_row_document(job, now)
         row["can_cancel"] = not job.terminal and who.may_job("PUT", job)
+        row["never_fits"] = job.job_id in never
         rows.append(row)
     return {
         "jobs": rows,

@@ -104,7 +104,11 @@ class Federation:
 
     @property
     def placement_rules(self) -> PlacementRules:
-        return PlacementRules(max_per_peer=self.settings.max_handoffs_per_cycle, staleness_ms=self.staleness_ms)
+        return PlacementRules(
+            max_per_peer=self.settings.max_handoffs_per_cycle,
+            staleness_ms=self.staleness_ms,
+            reserve_after_ms=int(self.settings.reserve_after_seconds * 1000) or None,
+        )
 
     # Submit ------------------------------------------------------------------------------------
 

@@ -10,9 +10,11 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
+from iris_airflow_provider.core.holds import Hold
 from iris_airflow_provider.core.job_report import JobReport
-from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.ledger import BackendKey
 from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.store.records import CancelOutcome, HandoffRefusal, JobRecord, NewIncarnation, PeerRecord
 from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome, TokenUse
 
@@ -47,7 +49,13 @@ class HeartbeatStore(PeerStateReads, Protocol):
     """Peers as last heard from."""
 
     def record_heartbeat(
-        self, peer_id: str, now_ms: int, backends: Sequence[PeerBackend] | None, *, error: str = ""
+        self,
+        peer_id: str,
+        now_ms: int,
+        backends: Sequence[PeerBackend] | None,
+        *,
+        error: str = "",
+        asked_at_ms: int | None = None,
     ) -> None: ...
 
     def forget_peers(self, keep: Iterable[str]) -> None: ...
@@ -86,9 +94,11 @@ class AbandonedStore(Protocol):
 class PlacementStore(AbandonedStore, PeerStateReads, Protocol):
     def queued_jobs(self) -> list[JobRecord]: ...
 
-    def ledger(self) -> list[LedgerEntry]: ...
+    def in_flight_handoffs(self) -> list[InFlight]: ...
 
-    def prune_ledger(self) -> int: ...
+    def capacity_holds(self) -> dict[str, BackendKey]: ...
+
+    def save_holds(self, holds: Iterable[Hold], now_ms: int) -> dict[str, BackendKey]: ...
 
     def expire_queued(self, now_ms: int) -> list[str]: ...
 

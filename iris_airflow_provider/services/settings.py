@@ -53,6 +53,12 @@ class PlacementSettings(StrictModel):
         default=900, gt=0, description="how long a requeued job stays away from the peer it left"
     )
     max_requeues: int = Field(default=3, ge=0, description="requeues a job may spend before it fails")
+    # Starvation (beyond the reference): a big job behind a stream of small ones holds a backend.
+    reserve_after_seconds: float = Field(
+        default=1800,
+        ge=0,
+        description="a gated job queued longer than this holds the backend where it would fit soonest (0: never)",
+    )
 
 
 class ClusterSettings(StrictModel):

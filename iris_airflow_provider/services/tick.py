@@ -41,6 +41,7 @@ class TickReport:
     heartbeats: dict[str, str] = field(default_factory=dict)  # peer -> "ok" or the error
     expired: list[str] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)  # "job->peer/backend"
+    holding: list[str] = field(default_factory=list)  # "peer/backend for job": held for starving jobs
     delivered: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     retrying: list[str] = field(default_factory=list)
@@ -59,9 +60,10 @@ class TickReport:
         if self.skipped:
             return f"skipped: {self.skipped}"
         parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
-        for name in (
+        names = (
             "expired",
             "promoted",
+            "holding",
             "delivered",
             "rejected",
             "retrying",
@@ -69,7 +71,8 @@ class TickReport:
             "reported",
             "cancelled",
             "pruned",
-        ):
+        )
+        for name in names:
             items: list[str] = getattr(self, name)
             if items:
                 parts.append(f"{name} {len(items)}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
@@ -121,10 +124,9 @@ class Tick:
             report.cancelled += cancel_orphans(self.store, task_states, self.cancels.cancel)
         report.heartbeats = self.heartbeats.all()
         self._renew(holder, "placement")
-        self.store.prune_ledger()
         report.expired = self.store.expire_queued(self.clock())
         placed = self.placement.place()
-        report.promoted, report.pending = placed.promoted, placed.pending
+        report.promoted, report.pending, report.holding = placed.promoted, placed.pending, placed.holding
         self._renew(holder, "delivery")
         delivered = self.delivery.deliver()
         report.delivered += delivered.delivered

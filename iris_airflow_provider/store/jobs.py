@@ -344,6 +344,7 @@ def incarnation(new: NewIncarnation, now_ms: int) -> dict[str, Any]:
         "handoff_since_ms": None,
         "requeue_count": 0,
         "avoided_peers": {},
+        "holding_since_ms": None,
         "log_cursor": "",
         "last_log_seq": 0,
         "origin_dag_id": new.origin.dag_id if new.origin else None,

@@ -110,6 +110,7 @@ class JobRecord:
     requeue_count: int = 0
     avoided_peers: Mapping[str, int] = field(default_factory=dict)
     replicas: tuple[ReplicaReport, ...] = ()  # as its runner last reported them
+    holding_since_ms: int | None = None  # when a report first said it holds capacity where it runs
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -217,6 +218,7 @@ class PeerRecord:
     last_attempt_ms: int | None
     last_error: str
     backends: tuple[BackendRecord, ...]
+    observed_after_ms: int | None = None  # when the heartbeat whose backends these are was asked for
 
     def is_reachable(self, now_ms: int, staleness_ms: int) -> bool:
         """As placement sees it (``PeerState.is_reachable``): answered, and recently enough."""

@@ -69,6 +69,9 @@ jobs = sa.Table(
     sa.Column("handoff_since_ms", sa.BigInteger, nullable=True),
     sa.Column("requeue_count", sa.Integer, nullable=False, server_default="0"),
     sa.Column("avoided_peers", Json, nullable=False, server_default=sa.text("'{}'")),
+    # When a report first said the job holds capacity where it runs (accepted or running), this
+    # cluster's clock: until the peer's numbers are asked for after that, its gate stays reserved there.
+    sa.Column("holding_since_ms", sa.BigInteger, nullable=True),
     # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
     sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
     # Where relaying the job's output from whoever runs it has got to (their opaque cursor), and the
@@ -161,6 +164,9 @@ peers = sa.Table(
     sa.Column("last_contact_ms", sa.BigInteger, nullable=True),
     sa.Column("last_attempt_ms", sa.BigInteger, nullable=True),
     sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+    # When this cluster asked for the heartbeat whose backends are stored (its clock): every number
+    # in them was measured after this.
+    sa.Column("observed_after_ms", sa.BigInteger, nullable=True),
 )
 
 peer_backends = sa.Table(
@@ -176,15 +182,16 @@ peer_backends = sa.Table(
     sa.Column("received_at_ms", sa.BigInteger, nullable=False),
 )
 
-ledger = sa.Table(
-    "iris_reservation_ledger",
+# The backend each starving job held after the last placement pass (see core/holds.py): one per
+# job, one per backend. Rows of jobs no longer queued are ignored by the pass and replaced by the next.
+capacity_holds = sa.Table(
+    "iris_capacity_holds",
     metadata,
-    sa.Column("peer_id", sa.Text, primary_key=True),
-    sa.Column("backend_id", sa.Text, primary_key=True),
-    sa.Column("token", sa.Text, primary_key=True),
-    sa.Column("observation_epoch_ms", sa.BigInteger, nullable=False),
-    sa.Column("amount", sa.BigInteger, nullable=False),
-    sa.CheckConstraint("amount >= 0", name="amount"),
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("peer_id", sa.Text, nullable=False),
+    sa.Column("backend_id", sa.Text, nullable=False),
+    sa.Column("held_since_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("peer_id", "backend_id"),
 )
 
 peer_sync = sa.Table(

@@ -85,7 +85,10 @@ def test_capacity_counts_what_running_jobs_hold_per_band_and_ignores_queued_work
     assert first.amounts == {"h100": 1}  # the queued job holds nothing
     assert first.total_amounts == {"h100": 4}
     assert first.held_by_band == {Band.BATCH: {"h100": 2}, Band.PRODUCTION: {"h100": 1}}
-    assert second.observation_epoch_ms > first.observation_epoch_ms  # every heartbeat is a new observation
+    # The same numbers are the same observation, in any process reading this state directory.
+    assert second.observation_epoch_ms == first.observation_epoch_ms
+    other = ProcessBackend.from_state_dir(state_dir).describe().availability
+    assert other is not None and other.observation_epoch_ms == first.observation_epoch_ms
     assert first.to_wire()["held_by_band"] == [
         {"band": "PRIORITY_BAND_PRODUCTION", "amounts": {"h100": 1}},
         {"band": "PRIORITY_BAND_BATCH", "amounts": {"h100": 2}},
@@ -97,6 +100,7 @@ def test_capacity_counts_what_running_jobs_hold_per_band_and_ignores_queued_work
     wait_state(backend, "/a/waits", JobState.SUCCEEDED)
     final = backend.describe().availability
     assert final is not None and final.amounts == {"h100": 4} and final.held_by_band == {}
+    assert final.observation_epoch_ms > first.observation_epoch_ms  # new numbers, new observation
 
 
 def test_a_cpu_backend_advertises_cpu_and_no_device_variant(state_dir: Path) -> None:

@@ -249,7 +249,7 @@ def test_unknown_fields_are_named_with_the_accepted_ones(tmp_path: Path) -> None
     assert found[f"{path}: placement"] == (
         "unknown field(s) tick; accepted: tick_interval_seconds, sync_interval_seconds, max_handoffs_per_cycle, "
         "heartbeat_staleness_seconds, heartbeat_timeout_seconds, delivery_timeout_seconds, requeue_after_seconds, "
-        "requeue_avoid_seconds, max_requeues"
+        "requeue_avoid_seconds, max_requeues, reserve_after_seconds"
     )
     assert found[f"{path}: backends[0]"] == (
         "unknown field(s) gpus; accepted: id, kind, devices, device_type, attributes, max_running_jobs, state_dir, env"
@@ -326,3 +326,23 @@ def test_the_parsed_configuration_is_frozen(tmp_path: Path) -> None:
     assert isinstance(config, ClusterConfig)
     with pytest.raises(ValueError, match="frozen"):
         config.name = "other"  # type: ignore[misc]
+
+
+def test_holding_for_starving_jobs_is_on_after_half_an_hour_by_default_and_zero_turns_it_off(tmp_path: Path) -> None:
+    from iris_airflow_provider.services.federation import Federation
+    from iris_airflow_provider.store.store import FederationStore
+
+    default = load_cluster_config(write(tmp_path, "default.yaml", "name: marin\n"))
+    assert default.placement.reserve_after_seconds == 1800
+    store = FederationStore.from_url(f"sqlite:///{tmp_path / 'store.db'}")
+    store.migrate()
+    try:
+        assert Federation(default, store, backends={}, peers={}).placement_rules.reserve_after_ms == 1_800_000
+        off = load_cluster_config(write(tmp_path, "off.yaml", "name: marin\nplacement: {reserve_after_seconds: 0}\n"))
+        assert Federation(off, store, backends={}, peers={}).placement_rules.reserve_after_ms is None
+    finally:
+        store.dispose()
+    path = write(tmp_path, "bad.yaml", "name: marin\nplacement: {reserve_after_seconds: -5}\n")
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(path)
+    assert problems(error) == {f"{path}: placement.reserve_after_seconds": "must be >= 0.0"}

@@ -221,3 +221,30 @@ def test_in_chromium_the_dark_theme_renders_and_a_viewer_gets_no_cancel_button(d
     detail.get_by_test_id("history").wait_for()
     assert detail.get_by_role("button", name="Cancel job").count() == 0
     assert errors == []
+
+
+def test_in_chromium_a_queued_job_no_backend_could_ever_hold_is_marked(deployment, store, browser):
+    """Queued when a larger backend was there (written straight into the store: submit would now
+    reject it), a 16-h100 job against peers of 8 at most stays queued, marked, and says why."""
+    from iris_airflow_provider.core.model import parse_job
+    from iris_airflow_provider.core.states import Direction
+    from iris_airflow_provider.store.records import NewIncarnation
+
+    job_id = "/alice/too-big"
+    spec = parse_job({"job_id": job_id, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 16}}})
+    store.admit(NewIncarnation(spec, direction=Direction.SENT, submitting_user="alice"), now_ms=int(time.time() * 1000))
+    errors: list[str] = []
+    try:
+        page = _open_page(browser, deployment, "alice", "light", errors)
+        row = page.locator(f'tr[data-job-id="{job_id}"]')
+        row.get_by_test_id("never-fits").wait_for()
+        assert row.get_by_test_id("never-fits").inner_text() == "can never fit"
+        row.get_by_role("link", name=job_id).click()
+        explanation = page.get_by_test_id("job-detail").get_by_test_id("explanation")
+        explanation.get_by_text("No reachable backend can ever hold it", exact=False).first.wait_for()
+        assert "the largest that can host it is cw-h100/default with 8 in total" in explanation.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "job-never-fits.png"))
+        assert errors == []
+    finally:
+        response = deployment.api("POST", f"{API}/jobs/cancel", params={"job_id": job_id})
+        assert response.status_code == 200, response.text

@@ -3,7 +3,8 @@
 Both run the provider on their own AIRFLOW_HOME, port, metadata database and federation store
 (PostgreSQL). The parent reaches the peer's API through a loopback proxy that can lose one answer
 on purpose; calls are signed with real Ed25519 keys; the peer trusts the parent's public key and
-admits submitters ``*@example.com`` and ``alice``.
+admits submitters ``*@example.com`` and ``alice``. The peer's ``one-at-a-time`` backend queues work
+at its ``max_running_jobs``, so the parent must not take its advertised free devices at face value.
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ federation:
     marin: {{public_key: {root / "marin.pub"}}}
     rogue: {{public_key: {root / "rogue.pub"}}}
   allowed_submitters: ["*@example.com", "alice"]
-backends: [{{id: default, kind: process, devices: {{h100: 8}}}}]
+backends:
+  - {{id: default, kind: process, devices: {{h100: 8}}}}
+  # Runs one job at a time and queues the rest, advertising the devices they will take as free.
+  - {{id: one-at-a-time, kind: process, devices: {{a100: 8}}, max_running_jobs: 1}}
 """
     )
     with (
@@ -289,3 +293,68 @@ def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federati
         "success",
         "success",
     ]
+
+
+def a100(count: int, command: str) -> dict[str, Any]:
+    return {"command": command, "resources": {"device": {"type": "gpu", "variant": "a100", "count": count}}}
+
+
+def admitted_job_of(deployment: AirflowDeployment, run_id: str) -> str:
+    """The job a run's task submitted, once it has been admitted (its id is then in XCom)."""
+
+    def lookup() -> str | None:
+        try:
+            return job_of(deployment, run_id)
+        except httpx.HTTPStatusError as error:
+            if error.response.status_code != 404:
+                raise
+            return None
+
+    return str(_wait(lookup, f"the job of {run_id}"))
+
+
+def heartbeats_after(federation: Federation, count: int) -> None:
+    """Wait until the parent has heartbeated the peer ``count`` more times (ticks, not seconds)."""
+    seen: set[int] = set()
+
+    def enough() -> bool:
+        record = next(p for p in federation.parent_store.peers() if p.peer_id == "cw-east")
+        if record.last_contact_ms is not None:
+            seen.add(record.last_contact_ms)
+        return len(seen) > count
+
+    _wait(enough, f"{count} more heartbeats of cw-east")
+
+
+def test_a_peer_backend_that_queues_work_is_never_double_booked(federation, tmp_path):
+    """8 a100, one job at a time: while one runs on 2, the peer advertises 6 free on every heartbeat,
+    and a job handed to it waits in its queue holding nothing. The parent hands it one 4-GPU job, not
+    one per tick, and the next only once the peer's reports show the first running there."""
+    parent, store = federation.parent, federation.parent_store
+    gate = tmp_path / "release-first"
+    first_run = parent.trigger("e2e_job", {"job": a100(2, f"while [ ! -e {gate} ]; do sleep 0.1; done")}, user="alice")
+    first = admitted_job_of(parent, first_run)
+    _wait(lambda: store.get_job(first).state is JobState.RUNNING, "the first job to run on the peer")
+    runs = [parent.trigger("e2e_job", {"job": a100(4, f"sleep 1; echo queued {n}")}, user="alice") for n in range(3)]
+    queued = [admitted_job_of(parent, run) for run in runs]
+    _wait(lambda: sum(store.get_job(j).handoff_state is HandoffState.HANDED_OFF for j in queued) >= 1, "a handoff")
+    heartbeats_after(federation, 3)
+    states = [store.get_job(j).handoff_state for j in queued]
+    assert sorted(states) == sorted([HandoffState.HANDED_OFF, HandoffState.QUEUED, HandoffState.QUEUED]), states
+    handed = next(j for j in queued if store.get_job(j).handoff_state is HandoffState.HANDED_OFF)
+    assert federation.peer_store.get_job(on_peer(handed)).state is JobState.PENDING  # queued there, holding nothing
+    [backend] = [
+        b for p in store.peer_states() if p.peer_id == "cw-east" for b in p.backends if b.backend_id == "one-at-a-time"
+    ]
+    assert backend.availability.amounts == {"a100": 6}  # what the peer advertises, heartbeat after heartbeat
+    waiting = next(j for j in queued if j != handed)
+    explained = parent.api("GET", "/iris/federation/ui/api/jobs/explain", params={"job_id": waiting}).json()
+    assert "4 a100 reserved for jobs handed off and not yet running there" in explained["summary"], explained
+    peers = parent.api("GET", "/iris/federation/ui/api/peers").json()["peers"]
+    [shown] = [b for p in peers for b in p["backends"] if b["backend_id"] == "one-at-a-time"]
+    assert shown["reserved"] == {"a100": 4} and shown["reserved_jobs"] == [handed]
+
+    gate.touch()  # the first ends; the queued one starts there, and the others follow as room shows
+    for run in (first_run, *runs):
+        assert parent.wait_for_run("e2e_job", run, timeout=240) == "success"
+    assert all(federation.peer_store.get_job(on_peer(j)).backend_id == "one-at-a-time" for j in queued)

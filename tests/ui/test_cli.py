@@ -69,9 +69,10 @@ def test_describe_and_explain_a_queued_job(cli):
     assert "History:" in out and "admitted" in out
     code, out = cli("explain", TRAIN, "--json")
     explained = json.loads(out)
-    assert explained["status"] == "waiting" and explained["explanation"]["gate"] == {"h100": 16}
+    assert explained["status"] == "never_fits" and explained["explanation"]["gate"] == {"h100": 16}
     code, out = cli("explain", TRAIN)
-    assert "cw-h100   ok      default  matches" in out and "It is placed when 12 more free up there" in out
+    assert "cw-h100   ok      default  matches" in out
+    assert "No reachable backend can ever hold it" in out and "cw-h100/default with 8 in total" in out
 
 
 def test_cancel_then_cancel_again(cli, federation):

@@ -84,13 +84,17 @@ def test_peers_follow_the_list_peers_shape_with_local_backends_and_the_fleet(cli
     assert fleet["gb200"]["targets"] == [{"target": "cw-gb200/default", "free": 4, "total": 4, "reserved": 0}]
 
 
-def test_capacity_promoted_since_the_last_heartbeat_is_shown_as_reserved(client, as_user, federation):
+def test_capacity_handed_off_and_not_yet_running_there_is_shown_as_reserved(client, as_user, federation):
     (backend,) = next(p for p in federation.store.peers() if p.peer_id == "cw-h100").backends
     promotion = Promotion(EVAL, "cw-h100", "default", False, {"h100": 4}, backend.observation_epoch_ms)
     assert federation.store.apply_promotions([promotion], federation.clock()) == [promotion]
     body = client.get("/api/peers", headers=as_user("viewer")).json()
     h100 = next(p for p in body["peers"] if p["peer_id"] == "cw-h100")
     assert h100["backends"][0]["reserved"] == {"h100": 4} and h100["active_federated_jobs"] == 1
+    assert h100["backends"][0]["reserved_jobs"] == [EVAL]
+    assert (
+        h100["backends"][0]["reserved_note"] == "4 h100 reserved for jobs handed off and not yet running there (1 job)"
+    )
     assert h100["backends"][0]["availability"]["amounts"] == {"h100": 8}  # as advertised, unchanged
     fleet = {entry["variant"]: entry for entry in body["fleet"]}
     assert (fleet["h100"]["free"], fleet["h100"]["reserved"]) == (8, 4)
@@ -124,6 +128,8 @@ def test_jobs_are_listed_newest_first_with_their_pending_reasons_and_task_links(
     assert received["task_instance_path"].startswith(f"dags/{RUNNER_DAG_ID}/runs/iris__parent~received__abcdef01/")
     assert body["jobs"][1]["task_instance_path"] is None and body["jobs"][1]["dag_id"] is None
     assert all(job["can_cancel"] for job in body["jobs"])
+    # Queued and no backend anywhere has 16 h100: the page marks it.
+    assert [job["job_id"] for job in body["jobs"] if job["never_fits"]] == [TRAIN]
     assert body["facets"]["states"]["pending"] == 4
     assert body["facets"]["submitters"] == ["alice", "bob", "dave", "ops"]
 
@@ -229,13 +235,15 @@ def test_describe_gives_the_history_and_every_pending_reason(client, as_user, fe
 
 def test_explain_shows_each_peer_and_backend_and_what_would_have_to_change(client, as_user):
     body = client.get("/api/jobs/explain", params={"job_id": TRAIN}, headers=as_user("viewer")).json()
-    assert (body["status"], body["pending_reason"]) == ("waiting", reasons.QUEUED_UNPINNED)
-    # What is left once the jobs ahead of it (EVAL, a higher band, takes 4) are placed in the same pass.
+    # It stays queued with the seed's reason, but waiting will not help: no backend is that large.
+    assert (body["status"], body["pending_reason"]) == ("never_fits", reasons.QUEUED_UNPINNED)
     assert body["summary"] == (
-        "Needs 16 h100 on one backend; the most any matching backend offers is 4 (4 free + 0 reclaimable "
-        "from lower bands) on cw-h100/default. It is placed when 12 more free up there or a peer reports more."
+        "No reachable backend can ever hold it: Job /alice/dag_a.run.manual__1 needs 16 h100 on one backend; "
+        "the largest that can host it is cw-h100/default with 8 in total. It stays queued in case a larger "
+        "backend reports; cancel it or ask for less."
     )
     detail = body["explanation"]
+    assert detail["never_fits"] is True
     assert detail["gate"] == {"h100": 16} and detail["band"] == "PRIORITY_BAND_BATCH"
     assert detail["jobs_ahead"] == 1  # EVAL: a higher band goes first
     rows = {(p["peer_id"], b["backend_id"]): (p["status"], b) for p in detail["peers"] for b in p["backends"]}

@@ -55,7 +55,7 @@ from iris_airflow_provider.backends.process.state import (
     StatusFile,
     job_directory_name,
 )
-from iris_airflow_provider.core.availability import Availability, PeerBackend
+from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, plan_pass
@@ -123,23 +123,30 @@ class ProcessBackend:
         return advertised_attributes(self.device_type, self.devices, self.attributes)
 
     def describe(self) -> PeerBackend:
+        """Free and total slots per variant, and what running work holds per band. The observation
+        epoch changes only when those numbers do (``settled``), in every process reading this state
+        directory alike: it is kept there."""
         with self.store.locked():
             self._reconcile()
             running = [job for job in self.store.jobs() if job.state in HOLDING]
-        used: dict[str, int] = {}
-        held: dict[Band, dict[str, int]] = {}
-        for job in running:
-            for variant, slots in job.status.devices.items():
-                used[variant] = used.get(variant, 0) + len(slots)
-                by_band = held.setdefault(job.band, {})
-                by_band[variant] = by_band.get(variant, 0) + len(slots)
-        availability = Availability(
-            version=2,
-            observation_epoch_ms=self.clock(),
-            amounts={variant: max(0, total - used.get(variant, 0)) for variant, total in self.devices.items()},
-            total_amounts=dict(self.devices),
-            held_by_band=held,
-        )
+            used: dict[str, int] = {}
+            held: dict[Band, dict[str, int]] = {}
+            for job in running:
+                for variant, slots in job.status.devices.items():
+                    used[variant] = used.get(variant, 0) + len(slots)
+                    by_band = held.setdefault(job.band, {})
+                    by_band[variant] = by_band.get(variant, 0) + len(slots)
+            measured = Availability(
+                version=2,
+                observation_epoch_ms=self.clock(),
+                amounts={variant: max(0, total - used.get(variant, 0)) for variant, total in self.devices.items()},
+                total_amounts=dict(self.devices),
+                held_by_band=held,
+            )
+            previous = self.store.last_observation()
+            availability = settled(previous, measured)
+            if availability != previous:
+                self.store.save_observation(availability)
         return PeerBackend(self.backend_id, normalize_advertised(self.advertised()), availability, self.kind)
 
     # Jobs --------------------------------------------------------------------------------------

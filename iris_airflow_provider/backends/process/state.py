@@ -3,6 +3,7 @@
 Layout of ``<state_dir>``::
 
     backend.json            the backend's settings (the supervisor rebuilds the backend from it)
+    observation.json        the availability last reported: an unchanged report keeps its epoch
     .lock                   held (flock) by whoever changes a job's status
     staging/                where a new job's directory is built, then moved to ``jobs/`` whole
     jobs/<job dir>/         one per job id (see ``job_directory_name``); a replaced incarnation's is
@@ -30,7 +31,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
+from iris_airflow_provider.core.availability import Availability
 from iris_airflow_provider.core.bands import Band, parse_band
+from iris_airflow_provider.core.wire import AvailabilityBlock
 
 STATUS_VERSION = 1
 
@@ -216,6 +219,14 @@ class StateDir:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def last_observation(self) -> Availability | None:
+        """The availability this backend last reported (its epoch names its numbers; see ``settled``)."""
+        path = self.root / "observation.json"
+        return AvailabilityBlock.model_validate(read_json(path)).to_core() if path.exists() else None
+
+    def save_observation(self, availability: Availability) -> None:
+        write_json(self.root / "observation.json", availability.to_wire())
 
     def write_settings(self, settings: BackendSettings) -> None:
         write_json(self.root / "backend.json", settings.to_json())

@@ -121,6 +121,17 @@ def test_the_heartbeat_reports_the_seeds_shape_and_what_running_work_holds_per_b
     )
 
 
+def test_an_unchanged_report_keeps_its_observation_epoch(target, backend):
+    """The epoch names the numbers: a heartbeat repeating them is the same observation (a parent that
+    resets reservations on a newer one is not invited to spend them again)."""
+    if not target.exclusive:
+        pytest.skip("on a shared cluster the numbers may change between two reports")
+    first = backend.describe().availability
+    backend.clock = lambda: first.observation_epoch_ms + 60_000  # a minute later, nothing changed
+    again = backend.describe().availability
+    assert again == first
+
+
 def test_the_heartbeat_counts_admitted_pods_per_band_and_ignores_gated_and_finished_ones(target, backend):
     if not target.kubernetes:
         pytest.skip(
