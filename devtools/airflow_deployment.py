@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,18 @@ class AirflowDeployment:
         response.raise_for_status()
         return response.json()["value"]
 
+    def wait_for_tick(self, after_ms: int, timeout: float = 120) -> None:
+        """Until a placement tick that started after ``after_ms`` (epoch ms) has finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            runs = self.api(
+                "GET", "/api/v2/dags/iris_federation_tick/dagRuns", params={"order_by": "-start_date", "limit": 5}
+            ).json()["dag_runs"]
+            if any(run["state"] == "success" and _epoch_ms(run["start_date"]) > after_ms for run in runs):
+                return
+            time.sleep(0.5)
+        raise DeploymentError(f"no placement tick finished within {timeout:.0f} s after {after_ms}")
+
     def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
         """What "Mark failed" (or success) on a task instance in the UI does."""
         path = f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}"
@@ -313,6 +326,12 @@ class AirflowDeployment:
         response = self.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}", json={"state": state})
         if response.status_code != 200:
             raise DeploymentError(f"setting {run_id} to {state} failed: {response.status_code} {response.text}")
+
+
+def _epoch_ms(timestamp: str | None) -> int:
+    if not timestamp:
+        return 0
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _quote(run_id: str) -> str:

@@ -13,7 +13,6 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
-from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -73,22 +72,6 @@ def reattached(deployment: AirflowDeployment, dag_id: str, run_id: str, job_id: 
     )
 
 
-def wait_for_a_tick_after(deployment: AirflowDeployment, at_ms: int) -> None:
-    """A placement tick that started after ``at_ms`` has finished: its orphan check has looked."""
-
-    def finished() -> bool:
-        runs = deployment.api(
-            "GET", "/api/v2/dags/iris_federation_tick/dagRuns", params={"order_by": "-start_date", "limit": 5}
-        ).json()["dag_runs"]
-        return any(run["state"] == "success" and run["start_date"] and _ms(run["start_date"]) > at_ms for run in runs)
-
-    _wait(finished, "a placement tick after the kill")
-
-
-def _ms(timestamp: str) -> int:
-    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 def dies(pids: tuple[int, ...]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -107,7 +90,7 @@ def test_a_worker_shutdown_leaves_the_job_running_and_the_retry_reattaches_and_r
     worker, task = deployment.worker_of("e2e_reattach_on_worker", run, "run")
     os.kill(worker, signal.SIGTERM)  # the worker is being shut down: Airflow forwards it, on_kill runs
     (killed,) = _wait(lambda: killed_events(store, job_id), "on_kill to run in the task")
-    wait_for_a_tick_after(deployment, killed.at_ms)
+    deployment.wait_for_tick(after_ms=killed.at_ms)  # its orphan check has looked at the task
     job = store.get_job(job_id)
     assert (job.state, job.cancel_intent_version) == (JobState.RUNNING, 0)  # the task is still running
     dies((worker, task))  # the grace period is over
