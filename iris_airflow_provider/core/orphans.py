@@ -51,8 +51,11 @@ def submitter_kill_action(cancel_on_kill: bool) -> KillAction:
     return KillAction.CANCEL if cancel_on_kill else KillAction.CHECK
 
 
-def kill_message(action: KillAction, job_id: str) -> str:
-    """What the task log says when the task waiting on ``job_id`` is killed."""
+def kill_message(action: KillAction, job_id: str, *, settled: bool = False) -> str:
+    """What the task log says when the task waiting on ``job_id`` is killed; ``settled``: the job had
+    already ended or was being cancelled (execution_timeout cancels it before Airflow's on_kill)."""
+    if settled:
+        return f"The task was killed; job {job_id} has already ended or is being cancelled"
     if action is KillAction.CANCEL:
         return f"The task was killed, so job {job_id} is cancelled (cancel_on_kill=True)"
     if action is KillAction.CHECK:

@@ -262,10 +262,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         self._wait_on_worker(job_id, until)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
-        job = get_federation(self.conn_id).store.get_job(str(external_id))
-        if job is not None:
-            self._announce(job, context)  # a try that found the job already finished says which it was
-        return self._finish(str(external_id))
+        return self._finish(str(external_id), context)
 
     # Resuming and finishing ------------------------------------------------------------------------
 
@@ -279,11 +276,13 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(event["message"])
         return self._finish(job_id)
 
-    def _finish(self, job_id: str) -> dict[str, Any]:
+    def _finish(self, job_id: str, context: Context | None = None) -> dict[str, Any]:
         store = get_federation(self.conn_id).store
         job = store.get_job(job_id)
         if job is None:
             raise AirflowException(f"Job {job_id} is not in the federation store")
+        if context is not None:
+            self._announce(job, context)  # a try that found its job already finished says which it was
         result = {
             "job_id": job.job_id,
             "disposition": _disposition(job),

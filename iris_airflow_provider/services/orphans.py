@@ -59,6 +59,8 @@ def cancel_orphans(store: CancelStore, task_states: TaskStates, cancel: Callable
 
 
 class KillStore(Protocol):
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+
     def record_event(self, job_id: str, kind: str, now_ms: int, detail: str = "") -> bool: ...
 
 
@@ -66,6 +68,9 @@ def task_killed(
     store: KillStore, cancel: Callable[[str], CancelOutcome], job_id: str, action: KillAction, now_ms: int
 ) -> str:
     """Carry out what killing the task waiting on ``job_id`` does to it; what the task log should say."""
+    job = store.get_job(job_id)
+    if job is None or job.terminal or job.cancel_requested:
+        return kill_message(action, job_id, settled=True)
     message = kill_message(action, job_id)
     if action is KillAction.CANCEL:
         cancel(job_id)

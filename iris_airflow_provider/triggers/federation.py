@@ -185,6 +185,10 @@ class FederationJobTrigger(BaseTrigger):
             return
         store = AsyncFederationStore(await FederationStoreHook(self.conn_id).aget_url())
         try:
+            job = (await store.snapshots([self.job_id])).get(self.job_id)
+            if job is None or job.terminal or job.cancel_intent_version:
+                self.log.info(kill_message(self.kill_action, self.job_id, settled=True))
+                return
             message = kill_message(self.kill_action, self.job_id)
             now = int(time.time() * 1000)
             if self.kill_action is KillAction.CANCEL:

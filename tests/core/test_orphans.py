@@ -45,3 +45,6 @@ def test_the_task_log_says_what_a_kill_did_to_the_job() -> None:
     assert check.startswith("The task was killed; job /a/j keeps running.")
     assert "placement tick cancels the job" in check and "the next try reattaches" in check
     assert kill_message(KillAction.IGNORE, "/a/j").endswith("keeps running: this task only watches it")
+    assert kill_message(KillAction.CHECK, "/a/j", settled=True) == (
+        "The task was killed; job /a/j has already ended or is being cancelled"
+    )

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import DAG
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 
 from iris_airflow_provider.core.orphans import TASK_KILLED, KillAction
 from iris_airflow_provider.core.states import JobState
@@ -274,5 +274,21 @@ def test_with_cancel_on_kill_any_kill_cancels_the_job(
     waits(monkeypatch, killed)
     with pytest.raises(WorkerDied):
         attempt.execute()
+    job = world.job(attempt.operator.job_id or "")
+    assert job.cancel_intent_version == 1 and TASK_KILLED not in event_kinds(world.store, job.job_id)
+
+
+def test_an_execution_timeout_cancels_the_job_and_the_kill_that_follows_adds_nothing(
+    world: World, federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempt = Try("manual__1", 1, TaskStateStore(), job={"command": world.held("go")}, deferrable=False)
+
+    def timed_out() -> None:  # Airflow's execution_timeout raises in the wait...
+        raise AirflowTaskTimeout
+
+    waits(monkeypatch, timed_out)
+    with pytest.raises(AirflowTaskTimeout):
+        attempt.execute()
+    attempt.operator.on_kill()  # ... then calls on_kill
     job = world.job(attempt.operator.job_id or "")
     assert job.cancel_intent_version == 1 and TASK_KILLED not in event_kinds(world.store, job.job_id)

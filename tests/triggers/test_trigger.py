@@ -280,6 +280,16 @@ class TestKill:
         )
         assert any(f"so job {JOB} is cancelled (cancel_on_kill=True)" in line for line in logged(caplog))
 
+    async def test_a_job_that_already_ended_is_left_as_it_is(self, store, caplog):
+        queue_job(store, JOB)
+        waiting = wait_on(kill_action=KillAction.CHECK)
+        await until_logged(caplog, reasons.QUEUED_UNPINNED)
+        store.request_cancel(JOB, now_ms())  # e.g. the tick's check got there first
+        await waiting.cancel()
+        await waiting.trigger.on_kill()
+        assert TASK_KILLED not in [e.kind for e in store.events(JOB)]
+        assert any("has already ended or is being cancelled" in line for line in logged(caplog))
+
     async def test_a_watcher_or_a_mirror_leaves_the_job_alone(self, store, caplog):
         queue_job(store, JOB)
         waiting = wait_on()  # the sensor's and the peer's runner DAG's: they only watch
