@@ -154,8 +154,8 @@ class Federation:
         """Heartbeats, expiry, placement, delivery, status sync, cancel re-drive: one pass of each.
 
         With ``task_states`` (Airflow's view of the tasks that submitted jobs), jobs whose task has
-        failed are cancelled first: a safety net for a task killed before its trigger ever ran,
-        whose job would otherwise wait, and maybe run, with nobody waiting for it.
+        failed are cancelled first: nobody will reattach to them (a user marked the task or its run
+        failed, or it failed for good after its worker was lost). A kill alone never decides that.
         """
         return self._tick.run(task_states)
 
