@@ -3,7 +3,8 @@
 A tick refreshes the peers' heartbeats, expires queued jobs past their deadline, runs the pure
 placement pass, applies its promotions by compare-and-set, delivers pending handoffs, pulls the
 state of jobs in flight and re-drives cancels. It also cancels jobs whose submitting task has
-failed (a task killed before its trigger ever ran has nobody else to cancel its job). It runs on
+failed: that is how marking a task failed cancels its job (the killed task wakes the tick), and how
+a job whose task failed for good after its worker was lost is stopped. It runs on
 a fixed period and, through an asset watched by ``FederationWakeTrigger``, whenever a job is
 queued or cancelled or jobs are in flight, so a queued job is promoted within seconds when
 capacity is free. One run at a time, no catchup.

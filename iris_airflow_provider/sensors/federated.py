@@ -14,6 +14,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowFailExc
 from airflow.sdk import BaseSensorOperator
 
 from iris_airflow_provider.core.job_ids import JobIdError, check_job_id
+from iris_airflow_provider.core.orphans import KillAction
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
@@ -87,7 +88,7 @@ class IrisFederatedJobSensor(BaseSensorOperator):
                 until=self.until,
                 conn_id=self.conn_id,
                 poll_interval=self.poll_interval,
-                cancel_on_kill=False,
+                kill_action=KillAction.IGNORE,  # it only watches: the job is not its to end
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout or (None if self.timeout is None else _seconds(self.timeout)),

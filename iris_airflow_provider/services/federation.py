@@ -15,6 +15,7 @@ from iris_airflow_provider.backends.base import Backend, now_ms
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
 from iris_airflow_provider.core.handoff_policy import RequeueRules
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.orphans import KillAction
 from iris_airflow_provider.core.ownership import service_principal_allowed, service_principal_refused
 from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules
@@ -24,7 +25,7 @@ from iris_airflow_provider.services.cancel import Cancels
 from iris_airflow_provider.services.delivery import Delivery
 from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.mirror import Mirror
-from iris_airflow_provider.services.orphans import TaskStates
+from iris_airflow_provider.services.orphans import TaskStates, task_killed
 from iris_airflow_provider.services.placement import Placement, queued_candidates
 from iris_airflow_provider.services.runners import Runners
 from iris_airflow_provider.services.settings import ClusterSettings
@@ -153,14 +154,19 @@ class Federation:
     def cancel(self, job_id: str) -> CancelOutcome:
         return self.cancels.cancel(job_id)
 
+    def task_killed(self, job_id: str, action: KillAction) -> str:
+        """The task waiting on ``job_id`` was killed: cancel the job, ask the tick to check the
+        task's state now, or nothing, as ``action`` says; returns what the task log should say."""
+        return task_killed(self.store, self.cancels.cancel, job_id, action, self.clock())
+
     # The tick ----------------------------------------------------------------------------------
 
     def tick(self, *, task_states: TaskStates | None = None) -> TickReport:
         """Heartbeats, expiry, placement, delivery, status sync, cancel re-drive: one pass of each.
 
         With ``task_states`` (Airflow's view of the tasks that submitted jobs), jobs whose task has
-        failed are cancelled first: a safety net for a task killed before its trigger ever ran,
-        whose job would otherwise wait, and maybe run, with nobody waiting for it.
+        failed are cancelled first: nobody will reattach to them (a user marked the task or its run
+        failed, or it failed for good after its worker was lost). A kill alone never decides that.
         """
         return self._tick.run(task_states)
 

@@ -16,7 +16,6 @@ import pytest
 from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
-from iris_airflow_provider.store.store import FederationStore
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
@@ -170,58 +169,6 @@ def test_execution_timeout_holds_while_deferred_and_cancels_the_job(deployment, 
     job_id = job_of(deployment, run, "e2e_timeout")
     _wait(lambda: store.get_job(job_id).state is JobState.KILLED, "the timed-out job to be killed", timeout=60)
     assert "Timed out waiting for job" in deployment.task_log("e2e_timeout", run, "run")
-
-
-def test_a_worker_crash_mid_wait_reattaches_to_the_same_job(deployment, store):
-    run = deployment.trigger("e2e_job_on_worker", {"job": gpu("gb200", 1, "sleep 25; echo finished")}, user="alice")
-    deployment.wait_for_task_state("e2e_job_on_worker", run, "run", ("running",))
-    job_id = str(_wait(lambda: _job_for_run(store, run), "the job to be submitted"))
-    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
-    nonce = store.get_job(job_id).nonce
-    deployment.kill_component("scheduler")  # its LocalExecutor workers, and the task, die with it
-    deployment.start_component("scheduler")
-    assert deployment.wait_for_run("e2e_job_on_worker", run, timeout=240) == "success"
-    ti = deployment.task_instance("e2e_job_on_worker", run, "run")
-    assert ti["try_number"] >= 2
-    job = store.get_job(job_id)
-    assert job.nonce == nonce and job.state is JobState.SUCCEEDED
-    assert [e.kind for e in store.events(job_id)].count("admitted") == 1
-    assert "resubmitted" not in [e.kind for e in store.events(job_id)]
-
-
-def _job_for_run(store: FederationStore, run_id: str) -> str | None:
-    for job in store.list_jobs(limit=10_000):
-        if job.origin is not None and job.origin.run_id == run_id:
-            return job.job_id
-    return None
-
-
-def test_a_triggerer_restart_does_not_cancel_a_waiting_job(deployment, store):
-    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "sleep 12; echo survived")}, user="alice")
-    deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
-    job_id = job_of(deployment, run)
-    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
-    deployment.stop_component("triggerer")
-    deployment.start_component("triggerer")
-    assert deployment.wait_for_run("e2e_job", run, timeout=180) == "success"
-    job = store.get_job(job_id)
-    assert job.state is JobState.SUCCEEDED and job.cancel_intent_version == 0
-
-
-def test_marking_a_deferred_task_failed_cancels_its_running_job_on_the_peer(deployment, store):
-    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "sleep 120")}, user="alice")
-    deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
-    job_id = job_of(deployment, run)
-    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
-    response = deployment.api(
-        "PATCH", f"/api/v2/dags/e2e_job/dagRuns/{run}/taskInstances/run", json={"new_state": "failed"}
-    )
-    assert response.status_code == 200, response.text
-    _wait(lambda: store.get_job(job_id).state is JobState.KILLED, "the peer to report the job killed", timeout=60)
-    job = store.get_job(job_id)
-    # The trigger's on_kill and the tick's check of the failed task may both ask: either is enough.
-    assert job.cancel_intent_version >= 1 and job.cancel_delivered_version == job.cancel_intent_version
-    assert job.handoff_state is HandoffState.HANDED_OFF  # it reached the peer; the cancel followed it there
 
 
 def test_an_explicit_submitter_is_accepted_only_for_the_dags_the_cluster_file_allows(deployment, store):

@@ -358,3 +358,43 @@ def test_a_peer_backend_that_queues_work_is_never_double_booked(federation, tmp_
     for run in (first_run, *runs):
         assert parent.wait_for_run("e2e_job", run, timeout=240) == "success"
     assert all(federation.peer_store.get_job(on_peer(j)).backend_id == "one-at-a-time" for j in queued)
+
+
+def test_nothing_done_to_the_peers_runner_run_ends_the_job_it_mirrors(federation, tmp_path):
+    """The runner run is the peer operators' mirror of a job marin owns: clearing its task, marking
+    it failed, the peer's scheduler crashing and restarting, and failing the run leave the job
+    running; it ends as it would have, and marin's task gets its result."""
+    parent, peer = federation.parent, federation.peer
+    gate = tmp_path / "go"
+    run = parent.trigger(
+        "e2e_job", {"job": gpu(f"while [ ! -e {gate} ]; do sleep 0.2; done; echo mirrored")}, user="alice"
+    )
+    parent.wait_for_task_state("e2e_job", run, "run", ("deferred",))
+    job_id = job_of(parent, run)
+    _wait(
+        lambda: (j := federation.peer_store.get_job(on_peer(job_id))) is not None and j.state is JobState.RUNNING,
+        "the job to run on the peer",
+    )
+    runner = runner_runs(peer, on_peer(job_id))[0]["dag_run_id"]
+    peer.wait_for_task_state(RUNNER_DAG_ID, runner, "run", ("deferred",))
+
+    peer.clear_task(RUNNER_DAG_ID, runner, "run")  # a new try watches the same incarnation
+    _wait(lambda: peer.task_instance(RUNNER_DAG_ID, runner, "run")["try_number"] == 2, "the runner's next try")
+    peer.wait_for_task_state(RUNNER_DAG_ID, runner, "run", ("deferred",))
+    peer.set_task_state(RUNNER_DAG_ID, runner, "run", "failed")
+    peer.kill_component("scheduler")  # a scheduler failing over
+    peer.start_component("scheduler")
+    peer.set_run_state(RUNNER_DAG_ID, runner, "failed")
+    acted_ms = int(time.time() * 1000)
+    peer.wait_for_tick(after_ms=acted_ms)
+    parent.wait_for_tick(after_ms=acted_ms)  # marin has synced the job since
+    received = federation.peer_store.get_job(on_peer(job_id))
+    assert (received.state, received.cancel_intent_version) == (JobState.RUNNING, 0)
+    assert federation.parent_store.get_job(job_id).state is JobState.RUNNING
+
+    gate.touch()
+    assert parent.wait_for_run("e2e_job", run) == "success"
+    assert parent.xcom("e2e_job", run, "run")["state"] == "succeeded"
+    received = federation.peer_store.get_job(on_peer(job_id))
+    assert (received.state, received.cancel_intent_version) == (JobState.SUCCEEDED, 0)
+    assert "cancel_requested" not in [e.kind for e in federation.peer_store.events(on_peer(job_id))]
