@@ -11,6 +11,7 @@ import time
 from functools import partial
 from typing import Any
 
+import httpx
 import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
@@ -30,6 +31,20 @@ def gpu(variant: str, count: int, command: str, **extra: Any) -> dict[str, Any]:
 
 def job_of(deployment: AirflowDeployment, run_id: str, dag_id: str = "e2e_job") -> str:
     return str(deployment.xcom(dag_id, run_id, "run", key="iris_federation_job_id"))
+
+
+def job_of_admitted(deployment: AirflowDeployment, run_id: str) -> str:
+    """The job a run's task submitted, once it has been admitted (its id is then in XCom)."""
+
+    def lookup() -> str | None:
+        try:
+            return job_of(deployment, run_id)
+        except httpx.HTTPStatusError as error:
+            if error.response.status_code != 404:
+                raise
+            return None
+
+    return str(_wait(lookup, f"the job of {run_id}"))
 
 
 def test_a_gpu_job_from_conf_is_placed_on_the_peer_with_room_runs_and_fills_xcom(deployment, store):
@@ -90,12 +105,19 @@ def test_a_pinned_job_lands_on_its_pin(deployment, store):
 
 
 def test_failing_the_dag_run_while_queued_cancels_the_job_before_handoff(deployment, store):
-    # 8 gb200 on a peer that has 4: pinned there, it can only wait.
-    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 8, "echo never", target_cluster="cw-gb200")}, user="alice")
+    # cw-gb200's 4 gb200 are taken by a production job; a job pinned there can only wait. (A job
+    # needing more than the peer has in total is refused at submit instead: it could never run.)
+    blocker_run = deployment.trigger(
+        "e2e_job", {"job": gpu("gb200", 4, "sleep 600", priority_band="production")}, user="alice"
+    )
+    blocker = job_of_admitted(deployment, blocker_run)
+    _wait(lambda: store.get_job(blocker).state is JobState.RUNNING, "the blocker to run on cw-gb200")
+    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 4, "echo never", target_cluster="cw-gb200")}, user="alice")
     deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
     job_id = job_of(deployment, run)
     assert store.get_job(job_id).pending_reason == "Queued for peer cw-gb200 to report free capacity"
     deployment.set_run_state("e2e_job", run, "failed")
+    deployment.set_run_state("e2e_job", blocker_run, "failed")  # the blocker goes too (the tick cancels it)
     _wait(lambda: store.get_job(job_id).terminal, "the cancel to reach the store")
     job = store.get_job(job_id)
     assert (job.state, job.error, job.handoff_state) == (
@@ -106,6 +128,7 @@ def test_failing_the_dag_run_while_queued_cancels_the_job_before_handoff(deploym
     time.sleep(3)
     assert "promoted" not in [e.kind for e in store.events(job_id)]
     assert not list((deployment.home / "iris" / "cw-gb200" / "default" / "jobs").glob("alice__*never*"))
+    _wait(lambda: store.get_job(blocker).terminal, "the blocker to be cancelled", timeout=120)
 
 
 def test_a_malformed_conf_fails_the_task_naming_the_field_and_writes_nothing(deployment, store):
