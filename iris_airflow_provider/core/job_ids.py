@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -74,14 +75,19 @@ def check_job_id(value: str) -> str:
     return value
 
 
-def _validate(value: str) -> str:
-    try:
-        return check_job_id(value)
-    except JobIdError as error:
-        raise PydanticCustomError("job_id", str(error)) from None
+def _validator(check: Callable[[str], str]) -> AfterValidator:
+    """``check`` as a pydantic validator: its :class:`JobIdError` becomes the field's error."""
+
+    def validate(value: str) -> str:
+        try:
+            return check(value)
+        except JobIdError as error:
+            raise PydanticCustomError("job_id", str(error)) from None
+
+    return AfterValidator(validate)
 
 
-JobId = Annotated[str, AfterValidator(_validate)]
+JobId = Annotated[str, _validator(check_job_id)]
 """A field or parameter holding a job id: ``job_id: JobId``."""
 
 
@@ -121,12 +127,5 @@ def check_job_key(value: str) -> str:
     return check_job_id(value)
 
 
-def _validate_key(value: str) -> str:
-    try:
-        return check_job_key(value)
-    except JobIdError as error:
-        raise PydanticCustomError("job_id", str(error)) from None
-
-
-JobKey = Annotated[str, AfterValidator(_validate_key)]
+JobKey = Annotated[str, _validator(check_job_key)]
 """A parameter naming a job in this cluster's store: a job id, or a received job's ``<peer>:<job id>``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from iris_airflow_provider.core.orphans import TASK_KILLED, KillAction, kill_message, orphaning_state, task_state_key
@@ -25,19 +25,37 @@ log = logging.getLogger(__name__)
 TaskStates = Callable[[str, list[str], list[str]], Mapping[str, Mapping[str, Any]]]
 
 
-def cancel_orphans(store: CancelStore, task_states: TaskStates, cancel: Callable[[str], CancelOutcome]) -> list[str]:
-    """Cancel the live jobs whose submitting task failed; the ids of the jobs cancelled."""
+TaskStatesAnswer = Mapping[str, Mapping[str, Any]]
+
+
+def submitting_task_states(
+    jobs: Iterable[JobRecord], task_states: TaskStates
+) -> list[tuple[str, list[JobRecord], TaskStatesAnswer | None]]:
+    """The jobs with an origin, grouped by DAG, each group with Airflow's states of the tasks that
+    submitted them (one question per DAG); None where Airflow could not answer (logged; the next
+    tick asks again)."""
     by_dag: dict[str, list[JobRecord]] = defaultdict(list)
-    for job in store.live_jobs_with_origin():
-        if job.origin is not None and not job.cancel_requested:
+    for job in jobs:
+        if job.origin is not None:
             by_dag[job.origin.dag_id].append(job)
-    cancelled: list[str] = []
-    for dag_id, jobs in by_dag.items():
-        origins = [job.origin for job in jobs if job.origin is not None]
+    answers: list[tuple[str, list[JobRecord], TaskStatesAnswer | None]] = []
+    for dag_id, dag_jobs in by_dag.items():
+        origins = [job.origin for job in dag_jobs if job.origin is not None]
         try:
             states = task_states(dag_id, sorted({o.run_id for o in origins}), sorted({o.task_id for o in origins}))
-        except Exception as error:  # Airflow's API is down: the next tick asks again
+        except Exception as error:  # Airflow's API is down
             log.warning("Could not read the states of %s's tasks: %s", dag_id, error)
+            states = None
+        answers.append((dag_id, dag_jobs, states))
+    return answers
+
+
+def cancel_orphans(store: CancelStore, task_states: TaskStates, cancel: Callable[[str], CancelOutcome]) -> list[str]:
+    """Cancel the live jobs whose submitting task failed; the ids of the jobs cancelled."""
+    uncancelled = (job for job in store.live_jobs_with_origin() if not job.cancel_requested)
+    cancelled: list[str] = []
+    for dag_id, jobs, states in submitting_task_states(uncancelled, task_states):
+        if states is None:
             continue
         for job in jobs:
             origin = job.origin

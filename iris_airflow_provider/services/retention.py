@@ -9,10 +9,9 @@ Output of incarnations a job has since replaced goes too, once it is as old.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 
 from iris_airflow_provider.core.orphans import task_may_reattach
-from iris_airflow_provider.services.orphans import TaskStates
+from iris_airflow_provider.services.orphans import TaskStates, submitting_task_states
 from iris_airflow_provider.services.ports import RetentionStore
 from iris_airflow_provider.store.records import JobRecord
 
@@ -40,24 +39,13 @@ def prune_finished(
 
 def _reattachable(jobs: list[JobRecord], task_states: TaskStates | None) -> set[str]:
     """The jobs whose submitting task is still going (all of them with an origin, when Airflow cannot say)."""
-    by_dag: dict[str, list[JobRecord]] = defaultdict(list)
-    for job in jobs:
-        if job.origin is not None:
-            by_dag[job.origin.dag_id].append(job)
     if task_states is None:
-        return {job.job_id for dag_jobs in by_dag.values() for job in dag_jobs}
+        return {job.job_id for job in jobs if job.origin is not None}
     kept: set[str] = set()
-    for dag_id, dag_jobs in by_dag.items():
-        origins = [job.origin for job in dag_jobs if job.origin is not None]
-        try:
-            states = task_states(dag_id, sorted({o.run_id for o in origins}), sorted({o.task_id for o in origins}))
-        except Exception as error:  # Airflow's API is down: keep them, the next tick asks again
-            log.warning("Could not read the states of %s's tasks; keeping their jobs for now: %s", dag_id, error)
-            kept.update(job.job_id for job in dag_jobs)
-            continue
+    for _, dag_jobs, states in submitting_task_states(jobs, task_states):
         for job in dag_jobs:
             origin = job.origin
             assert origin is not None
-            if task_may_reattach(states, origin.run_id, origin.task_id, origin.map_index):
+            if states is None or task_may_reattach(states, origin.run_id, origin.task_id, origin.map_index):
                 kept.add(job.job_id)
     return kept

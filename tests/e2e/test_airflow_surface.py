@@ -11,12 +11,11 @@ import time
 from functools import partial
 from typing import Any
 
-import httpx
 import pytest
 
-from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
+from tests.e2e.jobs import admitted_job_of, job_of
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
@@ -27,24 +26,6 @@ pytestmark = pytest.mark.e2e
 
 def gpu(variant: str, count: int, command: str, **extra: Any) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": variant, "count": count}}, **extra}
-
-
-def job_of(deployment: AirflowDeployment, run_id: str, dag_id: str = "e2e_job") -> str:
-    return str(deployment.xcom(dag_id, run_id, "run", key="iris_federation_job_id"))
-
-
-def job_of_admitted(deployment: AirflowDeployment, run_id: str) -> str:
-    """The job a run's task submitted, once it has been admitted (its id is then in XCom)."""
-
-    def lookup() -> str | None:
-        try:
-            return job_of(deployment, run_id)
-        except httpx.HTTPStatusError as error:
-            if error.response.status_code != 404:
-                raise
-            return None
-
-    return str(_wait(lookup, f"the job of {run_id}"))
 
 
 def test_a_gpu_job_from_conf_is_placed_on_the_peer_with_room_runs_and_fills_xcom(deployment, store):
@@ -110,7 +91,7 @@ def test_failing_the_dag_run_while_queued_cancels_the_job_before_handoff(deploym
     blocker_run = deployment.trigger(
         "e2e_job", {"job": gpu("gb200", 4, "sleep 600", priority_band="production")}, user="alice"
     )
-    blocker = job_of_admitted(deployment, blocker_run)
+    blocker = admitted_job_of(deployment, blocker_run)
     _wait(lambda: store.get_job(blocker).state is JobState.RUNNING, "the blocker to run on cw-gb200")
     run = deployment.trigger("e2e_job", {"job": gpu("gb200", 4, "echo never", target_cluster="cw-gb200")}, user="alice")
     deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))

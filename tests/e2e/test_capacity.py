@@ -18,6 +18,7 @@ from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
 from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.jobs import admitted_job_of
 from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
@@ -78,24 +79,6 @@ def held(gate: Path) -> str:
     return f"while [ ! -e {gate} ]; do sleep 0.1; done"
 
 
-def job_of(deployment: AirflowDeployment, run_id: str) -> str:
-    return str(
-        _wait(
-            lambda: _xcom_job_id(deployment, run_id),
-            f"the job id of {run_id}",
-        )
-    )
-
-
-def _xcom_job_id(deployment: AirflowDeployment, run_id: str) -> str | None:
-    import httpx
-
-    try:
-        return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
-    except httpx.HTTPStatusError:
-        return None
-
-
 def ticks(store: FederationStore, count: int) -> None:
     """Wait until ``count`` more placement ticks have heartbeated the peer (ticks, not seconds)."""
     seen: set[int] = set()
@@ -122,14 +105,14 @@ def test_a_big_job_behind_a_stream_of_small_ones_holds_the_backend_and_runs_firs
     small = {
         name: deployment.trigger("e2e_job", {"job": h100(2, held(gate))}, user="bob") for name, gate in gates.items()
     }
-    small_jobs = {name: job_of(deployment, run) for name, run in small.items()}
+    small_jobs = {name: admitted_job_of(deployment, run) for name, run in small.items()}
     for job_id in small_jobs.values():
         _wait(lambda job_id=job_id: store.get_job(job_id).state is JobState.RUNNING, f"{job_id} to run")
     big_run = deployment.trigger("e2e_job", {"job": h100(4, "echo big")}, user="alice")
-    big = job_of(deployment, big_run)
+    big = admitted_job_of(deployment, big_run)
     _wait(lambda: store.capacity_holds().get(big) == ("cw-h100", "default"), "the big job to hold cw-h100/default")
     late_run = deployment.trigger("e2e_job", {"job": h100(2, "echo small")}, user="bob")
-    late = job_of(deployment, late_run)
+    late = admitted_job_of(deployment, late_run)
 
     # s1 ends: 2 h100 free up, which the small job behind would take at once without the hold.
     gates["s1"].touch()

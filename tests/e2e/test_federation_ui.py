@@ -24,6 +24,7 @@ from devtools.browser import chromium, chromium_path, page_url, sign_in
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.jobs import admitted_job_of
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
@@ -36,22 +37,6 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
 PINNED_REASON = "Queued for peer cw-gb200 to report free capacity"
 
 
-def _job_of(deployment: AirflowDeployment, run_id: str) -> str:
-    """The job a run's task submitted (its id is in XCom once the job is admitted)."""
-
-    def lookup() -> str | None:
-        try:
-            return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
-        except httpx.HTTPStatusError as error:
-            if error.response.status_code != 404:
-                raise
-        if deployment.task_instance("e2e_job", run_id, "run").get("state") in ("failed", "upstream_failed"):
-            raise AssertionError(f"{run_id} failed:\n{deployment.task_log('e2e_job', run_id, 'run')}")
-        return None
-
-    return str(_wait(lookup, f"the job id of {run_id}"))
-
-
 @pytest.fixture(scope="module")
 def scenario(deployment: AirflowDeployment, store: FederationStore) -> Iterator[dict[str, str]]:
     gb200 = {"type": "gpu", "variant": "gb200", "count": 4}
@@ -60,14 +45,14 @@ def scenario(deployment: AirflowDeployment, store: FederationStore) -> Iterator[
         {"job": {"command": "sleep 600", "resources": {"device": gb200}, "priority_band": "production"}},
         user="alice",
     )
-    blocker = _job_of(deployment, blocker_run)
+    blocker = admitted_job_of(deployment, blocker_run)
     _wait(lambda: store.get_job(blocker).state is JobState.RUNNING, "the blocker to run on cw-gb200")
     pinned_run = deployment.trigger(
         "e2e_job",
         {"job": {"command": "echo never", "resources": {"device": gb200}, "target_cluster": "cw-gb200"}},
         user="bob",
     )
-    pinned = _job_of(deployment, pinned_run)
+    pinned = admitted_job_of(deployment, pinned_run)
     time.sleep(5)  # several ticks (sync every 2 s): it must still be waiting for the full peer
     job = store.get_job(pinned)
     assert job.handoff_state is HandoffState.QUEUED and job.pending_reason == PINNED_REASON

@@ -29,6 +29,7 @@ from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.store.store import FederationStore
 from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.jobs import admitted_job_of, job_of
 from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
@@ -124,10 +125,6 @@ backends:
 
 def gpu(command: str, **extra: Any) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 2}}, **extra}
-
-
-def job_of(deployment: AirflowDeployment, run_id: str) -> str:
-    return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
 
 
 def on_peer(job_id: str) -> str:
@@ -297,20 +294,6 @@ def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federati
 
 def a100(count: int, command: str) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": "a100", "count": count}}}
-
-
-def admitted_job_of(deployment: AirflowDeployment, run_id: str) -> str:
-    """The job a run's task submitted, once it has been admitted (its id is then in XCom)."""
-
-    def lookup() -> str | None:
-        try:
-            return job_of(deployment, run_id)
-        except httpx.HTTPStatusError as error:
-            if error.response.status_code != 404:
-                raise
-            return None
-
-    return str(_wait(lookup, f"the job of {run_id}"))
 
 
 def heartbeats_after(federation: Federation, count: int) -> None:
