@@ -38,6 +38,7 @@ peers:
   - id: cw-h100
     kind: agentless
     backends: [{id: default, kind: process, devices: {h100: 4}}]
+    allowed_submitters: [alice, bob]
 """
 
 

@@ -62,7 +62,7 @@ class TestNoDoubleBooking:
         """A real peer backend at ``max_running_jobs``: it queues what it is handed and keeps
         advertising the devices the queued jobs will take as free."""
         backend = ProcessBackend("default", world.tmp_path / "cw-busy", devices={"h100": 8}, max_running_jobs=1)
-        world.real_peers["cw-busy"] = AgentlessPeer("cw-busy", [backend])
+        world.real_peers["cw-busy"] = AgentlessPeer("cw-busy", [backend], allowed_submitters=["*@example.com"])
         busy = world.peers["cw-busy"] = ScriptedPeer(world.real_peers["cw-busy"])
         federation = world.federation({"cw-busy": busy})
         federation.submit(spec("/alice/first", world.held("first"), h100=2), submitting_user=ALICE)

@@ -61,7 +61,7 @@ def test_kueue_holding_suspended_jobs_gets_one_job_not_one_per_tick(world: World
         variant_values={H100: "h100"},
         image="busybox:1.36",
     )
-    federation = world.federation({"cw-k8s": AgentlessPeer("cw-k8s", [backend])})
+    federation = world.federation({"cw-k8s": AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*@example.com"])})
     for n in range(3):
         federation.submit(spec(f"/alice/train-{n}", "echo never", h100=8), submitting_user=ALICE)
     promoted = []
