@@ -239,7 +239,7 @@ class AirflowDeployment:
     def api(self, method: str, path: str, *, user: str = "admin", **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
         return httpx.request(
-            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 30), **kwargs
+            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 90), **kwargs
         )
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:

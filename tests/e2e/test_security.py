@@ -176,7 +176,8 @@ def running_with_output(world: World, job_id: str, owner: str, output: str) -> J
         job = world.store.get_job(job_id)
         if job is None or job.state is not JobState.RUNNING:
             return False
-        return output in ui(world, "GET", "/jobs/describe", owner, params={"job_id": job_id}).json()["output_tail"]
+        described = ui(world, "GET", "/jobs/describe", owner, params={"job_id": job_id}).json()
+        return any(output in line for line in described["output_tail"])
 
     _wait(ready, f"{job_id} to run and print {output}")
     job = world.store.get_job(job_id)
@@ -209,6 +210,12 @@ def untouched(world: World, before: JobRecord, events: list[tuple[int, str]]) ->
     assert now.origin == before.origin
     assert history(world, before.job_id) == events
     return now
+
+
+def only_refusals(log: str, job_id: str, refusal: str) -> bool:
+    """Whether every line of ``log`` naming ``job_id`` is the refusal (none describes the job)."""
+    mentions = [line for line in log.splitlines() if job_id in line]
+    return bool(mentions) and all(refusal in line for line in mentions)
 
 
 def mallory_jobs(world: World) -> list[JobRecord]:
@@ -244,27 +251,28 @@ def test_mallory_cannot_reattach_to_cancel_or_rerun_alices_job_by_naming_it_in_c
     deployment = world.deployment
     events = history(world, alice.job_id)
     job = {"command": "echo mallory was here"}
-    attacks = {
-        "her full id": mallory_run(world, {"job": {**job, "job_id": alice.job_id}}),
-        "another id in her namespace": mallory_run(world, {"job": {**job, "job_id": "/alice/other"}}),
+    attacks = {  # what -> (the id named, the run)
+        "her full id": (alice.job_id, mallory_run(world, {"job": {**job, "job_id": alice.job_id}})),
+        "another id in her namespace": ("/alice/other", mallory_run(world, {"job": {**job, "job_id": "/alice/other"}})),
     }
-    for what, run_id in attacks.items():
+    for what, (named, run_id) in attacks.items():
         assert deployment.wait_for_run(MALLORY_DAG, run_id) == "failed", what
         assert task_state(world, run_id) == "failed", what
         log = deployment.task_log(MALLORY_DAG, run_id, "run")
         assert NAMESPACE_RULE in log and "job ids are /mallory/<name>" in log, (what, log)
-        assert alice.secret not in log and f"Job {alice.job_id} is " not in log, what  # no word of her job
+        assert alice.secret not in log and only_refusals(log, named, NAMESPACE_RULE), what  # no word of her job
     # Refused before anything was written: no job of mallory's DAG, nothing under the other id.
     assert mallory_jobs(world) == [] and world.store.get_job("/alice/other") is None
 
     # Marking her task failed (what cancelled the job when a task had reattached to it) changes nothing.
     marked = deployment.api(
         "PATCH",
-        f"/api/v2/dags/{MALLORY_DAG}/dagRuns/{quote(attacks['her full id'], safe='')}/taskInstances/run",
+        f"/api/v2/dags/{MALLORY_DAG}/dagRuns/{quote(attacks['her full id'][1], safe='')}/taskInstances/run",
         user="mallory",
         json={"new_state": "failed"},
     )
-    assert marked.status_code == 200, marked.text
+    # (A no-op here: her task failed on its own, before it could wait on anything.)
+    assert marked.status_code == 200 or "already in failed state" in marked.text, marked.text
     assert untouched(world, alice.record, events).state is JobState.RUNNING
 
     # Alice's job runs to its end: never cancelled, and its output reaches her own task log only.
@@ -313,7 +321,7 @@ def test_a_dag_sharing_her_dags_service_principal_cannot_take_its_jobs(world):
     log = deployment.task_log(MALLORY_DAG, run_id, "run")
     # The refusal names the rule, and nothing about the job behind the id.
     assert f"AirflowFailException: job_id {team_job} {TAKEN}" in log.splitlines(), log
-    assert "team-output" not in log and "e2e_team" not in log and f"Job {team_job} is " not in log
+    assert "team-output" not in log and "e2e_team" not in log and only_refusals(log, team_job, TAKEN)
     assert untouched(world, record, events).state is JobState.RUNNING
     # Once it has ended, it is still not hers to run again.
     (world.flags / "team").touch()
@@ -333,7 +341,7 @@ def test_a_sensor_in_mallorys_dag_is_told_alices_job_is_missing(world, alice):
     log = world.deployment.task_log(MALLORY_DAG, run_id, "watch")
     assert f"Job {alice.job_id} {SENSOR_MISSING}" in log, log
     # Told exactly what it is told of an id nobody uses: not the job's state, nor its output.
-    assert f"Job {alice.job_id} is " not in log and alice.secret not in log
+    assert only_refusals(log, alice.job_id, SENSOR_MISSING) and alice.secret not in log
     # The same sensor watching her own job (no watch_job_id) succeeds: the refusal is the rule.
     own = mallory_run(world, {"job": {"command": "echo mine again"}})
     assert world.deployment.wait_for_run(MALLORY_DAG, own) == "success"
@@ -444,7 +452,9 @@ def test_a_trusted_peer_cannot_sync_terminate_or_read_another_peers_job(world, m
     # Marin itself sees, and reads, its job.
     mine = peer(world, "POST", "/sync", world.token("marin"), json={"cursor": ""}).json()
     assert job_id in {delta["job_id"] for delta in mine["deltas"]}
-    assert output in peer(world, "GET", "/logs", world.token("marin"), params={"job_id": job_id}).json()["lines"]
+    assert output in "\n".join(
+        peer(world, "GET", "/logs", world.token("marin"), params={"job_id": job_id}).json()["lines"]
+    )
 
 
 def test_a_peer_reusing_another_peers_job_id_and_nonce_gets_its_own_job_and_learns_nothing(world, marin_job):
@@ -461,7 +471,7 @@ def test_a_peer_reusing_another_peers_job_id_and_nonce_gets_its_own_job_and_lear
     assert rogue.job_spec.command != marin.job_spec.command
     running_with_output(world, rogue.job_id, "admin", "rogue-output")
     lines = peer(world, "GET", "/logs", world.token("rogue"), params={"job_id": job_id}).json()["lines"]
-    assert "rogue-output" in lines and marin_output not in "\n".join(lines)
+    assert "rogue-output" in "\n".join(lines) and marin_output not in "\n".join(lines)
     synced = peer(world, "POST", "/sync", world.token("rogue"), json={"cursor": ""}).json()
     assert [(d["job_id"], d["nonce"]) for d in synced["deltas"]] == [(job_id, nonce)]
     # Rogue cancelling "its" job ends its own, never marin's.
@@ -470,4 +480,4 @@ def test_a_peer_reusing_another_peers_job_id_and_nonce_gets_its_own_job_and_lear
     _wait(lambda: world.store.get_job(rogue.job_id).state is JobState.KILLED, "rogue's job to be killed")
     assert untouched(world, marin, events).state is JobState.RUNNING
     mine = peer(world, "GET", "/logs", world.token("marin"), params={"job_id": job_id}).json()["lines"]
-    assert marin_output in mine and "rogue-output" not in "\n".join(mine)
+    assert marin_output in "\n".join(mine) and "rogue-output" not in "\n".join(mine)
