@@ -105,9 +105,13 @@ backends: [{{id: cpu, kind: process, max_running_jobs: 8}}]
             cluster_config=root / "cluster.yaml",
             dags_folder=Path(__file__).parent / "dags",
             auth_manager="fab",
-            # Nothing here kills the scheduler: do not let a loaded machine's late heartbeat make it
-            # declare itself dead and reset the tasks it runs (which cancels their jobs).
-            extra_env={"AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "120"},
+            # Nothing here kills a component: on a loaded machine, let a late scheduler heartbeat not
+            # reset the tasks it runs (which cancels their jobs), and a task wait for a slow api-server
+            # (its first execution-API calls take tens of seconds there) instead of failing.
+            extra_env={
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "120",
+                "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+            },
         )
         store = FederationStore.from_url(store_url)
         world = World(deployment, store, root / "flags", keys)
