@@ -124,10 +124,12 @@ backends: [{{id: cpu, kind: process, max_running_jobs: 8}}]
             deployment.create_user("mallory", ["Mallory"])
             yield world
         finally:
-            _end_every_job(world)
-            deployment.stop()
-            save_logs(deployment, "security")
-            store.dispose()
+            try:
+                _end_every_job(world)
+            finally:
+                deployment.stop()
+                save_logs(deployment, "security")
+                store.dispose()
 
 
 def _end_every_job(world: World) -> None:
