@@ -4,6 +4,12 @@ The four components run as separate processes (api-server, scheduler, dag-proces
 not ``airflow standalone``, which does not stop cleanly), each in its own session, with their
 own ``AIRFLOW_HOME``, port, metadata database and federation store, so several deployments can
 run side by side. It talks to them only the way a user would: the REST API with a token.
+
+Users sign in through Airflow's SimpleAuthManager by default (roles viewer, user, op, admin, on
+every DAG alike). ``auth_manager="fab"`` runs the FAB auth manager instead (the
+``apache-airflow-providers-fab`` package), whose roles can grant permissions on single DAGs: the
+same users get FAB's built-in roles, and :meth:`AirflowDeployment.create_role` and
+:meth:`AirflowDeployment.create_user` add more through FAB's own REST API.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from cryptography.fernet import Fernet
@@ -28,6 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USERS = {"admin": "admin", "alice": "user", "bob": "user", "viewer": "viewer"}
+FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+FAB_ROLES = {"admin": "Admin", "user": "User", "op": "Op", "viewer": "Viewer"}  # FAB's built-in roles
 TERMINAL_RUN_STATES = ("success", "failed")
 # Notice a killed worker (its task's heartbeat stops) and a dead scheduler's orphaned tasks in
 # seconds, not minutes. A live scheduler counts as dead once its heartbeat is older than the
@@ -65,6 +74,7 @@ class AirflowDeployment:
     # declares itself dead and resets its running tasks, so it keeps Airflow's patient defaults.
     fast_failure_detection: bool = True
     passwords: dict[str, str] = field(default_factory=dict)  # default: "<user>-password"
+    auth_manager: Literal["simple", "fab"] = "simple"
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -105,6 +115,8 @@ class AirflowDeployment:
             "AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT": json.dumps({"conn_type": "irisfederation", "host": self.store_url}),
             "PYTHONUNBUFFERED": "1",
         }
+        if self.auth_manager == "fab":
+            env["AIRFLOW__CORE__AUTH_MANAGER"] = FAB_AUTH_MANAGER
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         if self.fast_failure_detection:
             env.update(FAST_FAILURE_DETECTION)
@@ -132,9 +144,21 @@ class AirflowDeployment:
         )
         if migrate.returncode != 0:
             raise DeploymentError(f"airflow db migrate failed:\n{migrate.stdout[-3000:]}\n{migrate.stderr[-3000:]}")
+        if self.auth_manager == "fab":
+            self._airflow("users", "create", *_fab_user_args("admin", self.password("admin"), "Admin"))
         for component in COMPONENTS:
             self.start_component(component)
         self.wait_healthy(timeout)
+        if self.auth_manager == "fab":
+            for user, role in USERS.items():
+                if user != "admin":
+                    self.create_user(user, [FAB_ROLES[role]])
+
+    def _airflow(self, *args: str) -> str:
+        done = subprocess.run([str(VENV_BIN / "airflow"), *args], env=self.env(), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise DeploymentError(f"airflow {args[0]} {args[1]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done.stdout
 
     def start_component(self, component: str) -> None:
         args = [str(VENV_BIN / "airflow"), component]
@@ -144,6 +168,36 @@ class AirflowDeployment:
         self.processes[component] = subprocess.Popen(
             args, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
+
+    # FAB users and roles (auth_manager="fab") --------------------------------------------------
+
+    def create_role(self, name: str, permissions: Iterable[tuple[str, str]]) -> None:
+        """A FAB role granting ``(action, resource)`` pairs, e.g. ``("can_read", "DAG:train")``,
+        through FAB's REST API (``POST /auth/fab/v1/roles``) as admin. A DAG's resources
+        (``DAG:<id>``, ``DAG Run:<id>``) exist once the dag-processor has parsed it."""
+        body = {
+            "name": name,
+            "actions": [
+                {"action": {"name": action}, "resource": {"name": resource}} for action, resource in permissions
+            ],
+        }
+        response = self.api("POST", "/auth/fab/v1/roles", json=body, timeout=120)
+        if response.status_code not in (200, 201):
+            raise DeploymentError(f"creating role {name} failed: {response.status_code} {response.text}")
+
+    def create_user(self, user: str, roles: Sequence[str]) -> None:
+        """A FAB user with ``roles`` and the deployment's password for it (``POST /auth/fab/v1/users``)."""
+        body = {
+            "username": user,
+            "email": f"{user}@example.com",
+            "first_name": user,
+            "last_name": "Example",
+            "roles": [{"name": role} for role in roles],
+            "password": self.password(user),
+        }
+        response = self.api("POST", "/auth/fab/v1/users", json=body, timeout=120)  # hashes the password
+        if response.status_code not in (200, 201):
+            raise DeploymentError(f"creating user {user} failed: {response.status_code} {response.text}")
 
     def stop_component(self, component: str, timeout: float = 30) -> None:
         process = self.processes.pop(component, None)
@@ -196,7 +250,7 @@ class AirflowDeployment:
     def token(self, user: str = "admin") -> str:
         if user not in self._tokens:
             response = httpx.post(
-                f"{self.base_url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=30
+                f"{self.base_url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=60
             )
             response.raise_for_status()
             self._tokens[user] = response.json()["access_token"]
@@ -205,7 +259,7 @@ class AirflowDeployment:
     def api(self, method: str, path: str, *, user: str = "admin", **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
         return httpx.request(
-            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs
+            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 90), **kwargs
         )
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
@@ -332,6 +386,13 @@ def _epoch_ms(timestamp: str | None) -> int:
     if not timestamp:
         return 0
     return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _fab_user_args(user: str, password: str, role: str) -> list[str]:
+    return [
+        *("--username", user, "--password", password, "--role", role),
+        *("--email", f"{user}@example.com", "--firstname", user, "--lastname", "Example"),
+    ]
 
 
 def _quote(run_id: str) -> str:

@@ -14,7 +14,9 @@ signs in with (the page; it is HttpOnly, so the page cannot read it and the brow
 Authorization is Airflow's auth manager's, per job, on the DAG it belongs to
 (:func:`~iris_airflow_provider.plugins.job_documents.job_dag`): reading needs ``GET`` on the DAG's task
 instances, cancelling ``PUT`` (what marking its task failed needs). A job with no DAG needs the
-same on all DAGs. A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
+same on all DAGs, asked DAG by DAG. A job the caller may not read is answered exactly as a job that
+does not exist (404), so its id's existence is not disclosed either.
+A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
 which a cross-site form cannot send (CSRF). Errors are ``{"detail": "<message>"}``; a bad
 parameter (out of range, unknown, or holding a control character such as NUL) is a 422 whose
 message starts with the parameter's name, never a 500.
@@ -103,13 +105,21 @@ class Caller:
 
     def may(self, method: Method, dag_id: str | None) -> bool:
         """Whether the auth manager lets this user act (``GET``/``PUT``) on task instances of ``dag_id``
-        (``None``: of every DAG)."""
+        (``None``: of every DAG).
+
+        Every DAG is asked one by one: what a question naming no DAG means is the auth manager's
+        to decide, and FAB's answers whether the user may act on *some* DAG (a user allowed on
+        one DAG would pass it and see every job).
+        """
         key = (method, dag_id)
         if key not in self._decisions:
+            if dag_id is None:
+                self._decisions[key] = all(self.may(method, each) for each in _every_dag_id())
+                return self._decisions[key]
             from airflow.api_fastapi.app import get_auth_manager
             from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-            details = DagDetails(id=dag_id, team_name=_team_of(dag_id)) if dag_id else None
+            details = DagDetails(id=dag_id, team_name=_team_of(dag_id))
             self._decisions[key] = bool(
                 get_auth_manager().is_authorized_dag(
                     method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=self.user
@@ -133,6 +143,17 @@ class Caller:
         from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 
         return bool(get_auth_manager().is_authorized_view(access_view=AccessView.CLUSTER_ACTIVITY, user=self.user))
+
+
+def _every_dag_id() -> set[str]:
+    """Every DAG this deployment knows (from Airflow's database, which the api-server reads), and the
+    runner DAG of received jobs, so the set is never empty."""
+    import sqlalchemy as sa
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {RUNNER_DAG_ID, *session.scalars(sa.select(DagModel.dag_id))}
 
 
 def _team_of(dag_id: str) -> str | None:
@@ -187,10 +208,11 @@ JobId = Annotated[ValidJobId, Query(description="the job id, e.g. /alice/train.r
 
 def _job(fed: Federation, job_id: str, who: Caller, method: Method) -> JobRecord:
     job = fed.store.get_job(job_id)
+    if job is not None and not who.may_job("GET", job):
+        log.info("Federation page: %s may not read job %s; answered as not found", who.name, job_id)
+        job = None  # the same answer as for an id nobody uses: nothing says whether the job exists
     if job is None:
         raise HTTPException(404, f"Job {job_id} not found")
-    if not who.may_job("GET", job):
-        raise HTTPException(403, f"{who.name} may not read job {job_id}")
     if method != "GET" and not who.may_job(method, job):
         dag = job_dag(job)
         where = f"DAG {dag}" if dag else "every DAG (the job has none)"
