@@ -72,8 +72,9 @@ class World:
     keys: dict[str, tuple[str, str]]  # cluster -> (private PEM, public PEM)
 
     def token(self, cluster: str) -> str:
-        """A fresh signed token of ``cluster`` (one per call, as a real peer mints them)."""
-        return TokenMinter(cluster, self.keys[cluster][0]).mint()
+        """A fresh signed token of ``cluster`` for this deployment, ``cw-east`` (one per call, single
+        use, as a real peer mints them)."""
+        return TokenMinter(cluster, self.keys[cluster][0]).mint("cw-east")
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,7 @@ federation:
     marin: {{public_key: {root / "marin.pub"}}}
     rogue: {{public_key: {root / "rogue.pub"}}}
   allowed_submitters: ["*"]
+  service_principals: {{team-svc: [e2e_team, e2e_mallory]}}  # two DAGs sharing one principal
 backends: [{{id: cpu, kind: process, max_running_jobs: 8}}]
 """
     )
@@ -413,8 +415,9 @@ def test_unauthenticated_and_untrusted_callers_are_refused_and_nothing_is_writte
     tokens = {
         "no token": None,
         "not a JWT": "not-a-jwt",
-        "an untrusted issuer": TokenMinter("stranger", world.keys["stranger"][0]).mint(),
-        "marin's name, another key": TokenMinter("marin", world.keys["stranger"][0]).mint(),
+        "an untrusted issuer": TokenMinter("stranger", world.keys["stranger"][0]).mint("cw-east"),
+        "marin's name, another key": TokenMinter("marin", world.keys["stranger"][0]).mint("cw-east"),
+        "marin's token for another cluster": TokenMinter("marin", world.keys["marin"][0]).mint("cw-west"),
     }
     body = {"job_id": "/alice/sneaky", "nonce": "n", "requester": "stranger", "submitting_user": "alice", "spec": {}}
     calls = [
@@ -433,7 +436,7 @@ def test_unauthenticated_and_untrusted_callers_are_refused_and_nothing_is_writte
     assert {job.job_id: job.nonce for job in world.store.list_jobs(limit=1000)} == before
     assert world.store.get_job("marin:/alice/shared").state is JobState.RUNNING
     # The same calls with marin's own token go through: the refusals are the tokens'.
-    assert peer(world, "GET", "/backends", TokenMinter("marin", marin_private).mint()).status_code == 200
+    assert peer(world, "GET", "/backends", TokenMinter("marin", marin_private).mint("cw-east")).status_code == 200
 
 
 def test_a_trusted_peer_cannot_sync_terminate_or_read_another_peers_job(world, marin_job):
