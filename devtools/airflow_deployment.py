@@ -14,6 +14,7 @@ same users get FAB's built-in roles, and :meth:`AirflowDeployment.create_role` a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -211,9 +212,18 @@ class AirflowDeployment:
             process.wait(10)
 
     def kill_component(self, component: str) -> None:
-        """SIGKILL the component and everything it started (its workers too): a crash, not a stop."""
+        """SIGKILL the component and everything it started (its workers too): a crash, not a stop.
+
+        Task processes run in process groups of their own, so the component's group is not enough:
+        a task left running holds the connections it inherited from the scheduler, and with them
+        the dead scheduler's open transaction and its row locks, which the next scheduler then skips.
+        """
         process = self.processes.pop(component)
+        descendants = _descendants(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
+        for pid in descendants:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         process.wait(10)
 
     def stop(self) -> None:
@@ -380,6 +390,23 @@ class AirflowDeployment:
         response = self.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}", json={"state": state})
         if response.status_code != 200:
             raise DeploymentError(f"setting {run_id} to {state} failed: {response.status_code} {response.text}")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), whatever its process group."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended while we looked
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _epoch_ms(timestamp: str | None) -> int:
