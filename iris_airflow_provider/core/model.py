@@ -223,6 +223,10 @@ class JobSpec(StrictModel):
     target_cluster: str = Field(default="", validate_default=True)
     parent_job_id: str | None = None
     scheduling_deadline_ms: int | None = Field(default=None, ge=0)
+    # The parent's lifecycle settings (core/peer_loss.py, core/start_timeout.py): never sent to a peer.
+    parent_only: ClassVar[frozenset[str]] = frozenset({"on_peer_lost", "start_timeout_seconds"})
+    on_peer_lost: Literal["fail", "requeue"] = Field(default="fail", description="a running job's lost peer")
+    start_timeout_seconds: int | None = Field(default=None, ge=0, description="default: the cluster's; 0: off")
 
     @field_validator("job_id")
     @classmethod

@@ -1,18 +1,23 @@
 """Delivering promoted jobs to their peers, and carrying out what a failed delivery leads to.
 
 Each peer gets its pending handoffs in one thread (peers in parallel, bounded by the delivery
-timeout). A delivery that fails is judged by :mod:`iris_airflow_provider.core.handoff_policy`:
-retry later on the same peer, back to the queue, or reject; this module only carries that out.
+timeout). Each delivery is claimed in the store before its call (so a cancel knows it may still
+land, and no other tick delivers it meanwhile) and records its own outcome when the call returns,
+even after the tick stopped waiting for it: a peer that admits a job late is never forgotten. A
+delivery that fails is judged by :mod:`iris_airflow_provider.core.handoff_policy`: retry later on
+the same peer, back to the queue, or reject; this module only carries that out.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
 from iris_airflow_provider.backends.base import JobReport
+from iris_airflow_provider.core.cancel_settlement import claim_stale_before
 from iris_airflow_provider.core.handoff_policy import (
     DeliveryError,
     Reject,
@@ -47,6 +52,32 @@ def error_kind(error: PeerError) -> DeliveryError:
     return DeliveryError.CANNOT_TAKE if error.requeues else DeliveryError.TRANSIENT
 
 
+class _Batch:
+    """One peer's deliveries of a round, shared by its thread and the tick: each job's outcome is
+    recorded by whichever of them gets to it first (the thread when its call returns in time; the
+    tick, as a timeout, when it stops waiting)."""
+
+    def __init__(self, jobs: list[JobRecord]) -> None:
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.given_up = False
+        self.recorded: set[str] = set()
+
+    def take(self, job: JobRecord) -> bool:
+        """Whether the thread records this job's outcome (False once the tick gave up waiting)."""
+        with self.lock:
+            if self.given_up:
+                return False
+            self.recorded.add(job.job_id)
+            return True
+
+    def give_up(self) -> list[JobRecord]:
+        """The tick stops waiting: the jobs whose outcome it records itself."""
+        with self.lock:
+            self.given_up = True
+            return [job for job in self.jobs if job.job_id not in self.recorded]
+
+
 @dataclass(eq=False)  # a service, compared by identity
 class Delivery:
     store: DeliveryStore
@@ -66,35 +97,51 @@ class Delivery:
         by_peer: dict[str, list[JobRecord]] = defaultdict(list)
         for job in self.store.pending_handoffs(self.clock()):
             by_peer[job.peer_id].append(job)
-
-        def deliver_all(peer: Peer) -> list[tuple[JobRecord, JobReport | PeerError]]:
-            outcomes: list[tuple[JobRecord, JobReport | PeerError]] = []
-            for job in by_peer[peer.peer_id]:
-                try:
-                    outcomes.append((job, peer.deliver(self._handoff(job))))
-                except PeerError as error:
-                    outcomes.append((job, error))
-            return outcomes
-
-        targets = {peer_id: self.peers[peer_id] for peer_id in by_peer if peer_id in self.peers}
+        batches = {peer_id: _Batch(jobs) for peer_id, jobs in by_peer.items() if peer_id in self.peers}
         for peer_id, jobs in by_peer.items():
             if peer_id not in self.peers:  # removed from the configuration since the promotion
                 for job in jobs:
                     self.failed(job, DeliveryError.CANNOT_TAKE, f"peer {peer_id} is not configured", done)
+
+        def deliver_all(peer: Peer) -> None:
+            batch = batches[peer.peer_id]
+            for job in batch.jobs:
+                if batch.given_up:
+                    return  # the tick has moved on: the rest waits for the next one
+                self._deliver_one(peer, job, batch, done)
+
+        targets = {peer_id: self.peers[peer_id] for peer_id in batches}
         for peer_id, result in each_peer(targets, deliver_all, self.timeout_s).items():
             if isinstance(result, BaseException):
-                for job in by_peer[peer_id]:
+                for job in batches[peer_id].give_up():
                     self.failed(job, DeliveryError.TRANSIENT, str(result), done)
-                continue
-            for job, outcome in result:
-                if isinstance(outcome, JobReport):
-                    self.store.mark_handed_off(job.job_id, job.nonce, self.clock())
-                    self.apply_report(job, outcome)
-                    done.delivered.append(job.job_id)
-                else:
-                    kind = error_kind(outcome)
-                    self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)
         return done
+
+    def _deliver_one(self, peer: Peer, job: JobRecord, batch: _Batch, done: Delivered) -> None:
+        now = self.clock()
+        stale_before = claim_stale_before(now, int(self.timeout_s * 1000))
+        if not self.store.begin_delivery(job.job_id, job.nonce, now, stale_before_ms=stale_before):
+            batch.take(job)  # cancelled, ended, moved on or being delivered by another tick: nothing to record
+            return
+        outcome: JobReport | Exception
+        try:
+            outcome = peer.deliver(self._handoff(job))
+        except Exception as error:  # a PeerError, or a bug in the peer client: retried like a transient one
+            outcome = error
+        on_time = batch.take(job)
+        if isinstance(outcome, JobReport):
+            # Recorded whenever it lands: the peer has the job, whatever the tick concluded meanwhile.
+            if self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id) and on_time:
+                self.apply_report(job, outcome)
+                done.delivered.append(job.job_id)
+            return
+        if on_time:
+            if isinstance(outcome, PeerError):
+                kind = error_kind(outcome)
+                self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)
+            else:
+                self.failed(job, DeliveryError.TRANSIENT, str(outcome), done)
+        self.store.release_delivery(job.job_id, job.nonce)
 
     def _handoff(self, job: JobRecord) -> Handoff:
         return projected(job, Handoff, spec=job.job_spec, requester=self.cluster)

@@ -10,7 +10,9 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 
 - :mod:`.migrate`: schema migrations;
 - :mod:`.jobs`: admission, reads, transitions, expiry, cancels;
-- :mod:`.handoffs`: promotion, delivery outcomes, requeue, runner reports;
+- :mod:`.handoffs`: promotion, delivery outcomes (and the delivery claim), requeue, runner reports;
+- :mod:`.requeue`: moving a handoff back to the queue under a new incarnation;
+- :mod:`.lifecycle`: cancels the peer answered, lost peers, withdrawals for a start timeout;
 - :mod:`.ledger`: the reservation ledger;
 - :mod:`.heartbeats`: peers and their backends;
 - :mod:`.logs`: relayed output and history events;
@@ -22,18 +24,20 @@ from __future__ import annotations
 
 from iris_airflow_provider.store.engine import create_store_engine
 from iris_airflow_provider.store.feed import Feed
-from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs, RequeueOutcome
+from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs
 from iris_airflow_provider.store.heartbeats import Heartbeats
 from iris_airflow_provider.store.jobs import Admission, Jobs, request_cancel
 from iris_airflow_provider.store.leases import Leases
 from iris_airflow_provider.store.ledger import Ledger
+from iris_airflow_provider.store.lifecycle import Lifecycle
 from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
+from iris_airflow_provider.store.requeue import RequeueOutcome
 
 __all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "request_cancel"]
 
 
-class FederationStore(Migrations, Jobs, Handoffs, Ledger, Heartbeats, Logs, Feed, Leases):
+class FederationStore(Migrations, Jobs, Handoffs, Lifecycle, Ledger, Heartbeats, Logs, Feed, Leases):
     @classmethod
     def from_url(cls, url: str) -> FederationStore:
         return cls(create_store_engine(url))
