@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from iris_airflow_provider.backends.base import JobReport, LogChunk
 from iris_airflow_provider.core.availability import PeerBackend
 from iris_airflow_provider.core.wire import BackendSummary
-from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult
+from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult, Termination
 from iris_airflow_provider.peers.identity import TokenMinter
 from iris_airflow_provider.peers.wire import (
     API_PREFIX,
@@ -24,6 +24,7 @@ from iris_airflow_provider.peers.wire import (
     ErrorBody,
     HandoffRequest,
     HandoffResponse,
+    JobStatus,
     LogsResponse,
     SyncRequest,
     SyncResponse,
@@ -108,6 +109,15 @@ class AirflowPeer:
                 return False
             raise
         return True
+
+    def terminate(self, job_id: str, nonce: str) -> Termination:
+        try:
+            body = self._call("POST", "/terminate", json=TerminateRequest(job_id=job_id, nonce=nonce).model_dump())
+        except PeerError as error:
+            if error.code is PeerErrorCode.NOT_FOUND:
+                return Termination.NOT_FOUND
+            raise
+        return Termination.ENDED if JobStatus.model_validate(body).state.terminal else Termination.STOPPING
 
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
         body = LogsResponse.model_validate(

@@ -12,7 +12,7 @@ from dataclasses import KW_ONLY, dataclass
 
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.start_timeout import start_overdue, start_timeout_ms
-from iris_airflow_provider.peers.base import PeerError
+from iris_airflow_provider.peers.base import PeerError, Termination
 from iris_airflow_provider.services.ports import WithdrawalStore
 from iris_airflow_provider.services.runners import Runners
 from iris_airflow_provider.store.records import JobRecord
@@ -57,9 +57,11 @@ class Withdrawals:
         if peer is None:
             return False  # removed from the configuration: the lost-peer rule settles it
         try:
-            peer.cancel(job.job_id, job.nonce)  # killed there, or never had it: either way it runs no more
+            where = peer.terminate(job.job_id, job.nonce)
         except PeerError as error:
             log.info("Could not withdraw %s from peer %s yet (will retry): %s", job.job_id, job.peer_id, error)
+            return False
+        if where is Termination.STOPPING:  # only once it is over there does the job move
             return False
         now = self.clock()
         outcome = self.store.finish_withdrawal(

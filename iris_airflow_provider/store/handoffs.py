@@ -135,7 +135,7 @@ class Handoffs(StoreBase):
 
     def begin_delivery(self, job_id: str, nonce: str, now_ms: int, *, stale_before_ms: int) -> bool:
         """Claim the delivery of this incarnation before calling its peer: only a pending, uncancelled,
-        live handoff that no other delivery holds (a claim older than ``stale_before_ms`` is dead)."""
+        live handoff that no other delivery holds (a claim from ``stale_before_ms`` or earlier is dead)."""
         with self._write() as connection:
             claimed = connection.execute(
                 jobs.update()
@@ -145,7 +145,7 @@ class Handoffs(StoreBase):
                     jobs.c.handoff_state == HandoffState.PENDING.value,
                     jobs.c.cancel_intent_version == 0,
                     not_terminal(),
-                    sa.or_(jobs.c.delivery_claimed_at_ms.is_(None), jobs.c.delivery_claimed_at_ms < stale_before_ms),
+                    sa.or_(jobs.c.delivery_claimed_at_ms.is_(None), jobs.c.delivery_claimed_at_ms <= stale_before_ms),
                 )
                 .values(delivery_claimed_at_ms=now_ms)
             ).rowcount
