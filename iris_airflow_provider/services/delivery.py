@@ -52,30 +52,45 @@ def error_kind(error: PeerError) -> DeliveryError:
     return DeliveryError.CANNOT_TAKE if error.requeues else DeliveryError.TRANSIENT
 
 
+Outcome = JobReport | Exception  # what a delivery call returned, or raised
+
+
 class _Batch:
-    """One peer's deliveries of a round, shared by its thread and the tick: each job's outcome is
-    recorded by whichever of them gets to it first (the thread when its call returns in time; the
-    tick, as a timeout, when it stops waiting)."""
+    """One peer's deliveries of a round, shared by its thread (which makes the calls) and the tick
+    (which records what they did). Each outcome is recorded exactly once: by the tick when the call
+    returned before the tick stopped waiting, else by the thread when it does."""
 
     def __init__(self, jobs: list[JobRecord]) -> None:
         self.jobs = jobs
         self.lock = threading.Lock()
         self.given_up = False
-        self.recorded: set[str] = set()
+        self.in_flight: JobRecord | None = None
+        self.done: list[tuple[JobRecord, Outcome]] = []  # for the tick to record
 
-    def take(self, job: JobRecord) -> bool:
-        """Whether the thread records this job's outcome (False once the tick gave up waiting)."""
+    def start(self, job: JobRecord) -> bool:
         with self.lock:
             if self.given_up:
                 return False
-            self.recorded.add(job.job_id)
+            self.in_flight = job
             return True
 
-    def give_up(self) -> list[JobRecord]:
-        """The tick stops waiting: the jobs whose outcome it records itself."""
+    def finish(self, job: JobRecord, outcome: Outcome) -> bool:
+        """Whether the tick records this outcome (False: it stopped waiting; the thread records it)."""
+        with self.lock:
+            self.in_flight = None
+            if self.given_up:
+                return False
+            self.done.append((job, outcome))
+            return True
+
+    def give_up(self) -> tuple[JobRecord | None, list[JobRecord]]:
+        """The tick stops waiting: the call still in flight, and the jobs never started."""
         with self.lock:
             self.given_up = True
-            return [job for job in self.jobs if job.job_id not in self.recorded]
+            finished = {job.job_id for job, _ in self.done}
+            in_flight = self.in_flight
+            started = finished | ({in_flight.job_id} if in_flight else set())
+            return in_flight, [job for job in self.jobs if job.job_id not in started]
 
 
 @dataclass(eq=False)  # a service, compared by identity
@@ -95,53 +110,64 @@ class Delivery:
         """Hand every pending handoff due now to its peer."""
         done = Delivered()
         by_peer: dict[str, list[JobRecord]] = defaultdict(list)
-        for job in self.store.pending_handoffs(self.clock()):
-            by_peer[job.peer_id].append(job)
-        batches = {peer_id: _Batch(jobs) for peer_id, jobs in by_peer.items() if peer_id in self.peers}
-        for peer_id, jobs in by_peer.items():
-            if peer_id not in self.peers:  # removed from the configuration since the promotion
-                for job in jobs:
-                    self.failed(job, DeliveryError.CANNOT_TAKE, f"peer {peer_id} is not configured", done)
+        now = self.clock()
+        stale_before = claim_stale_before(now, int(self.timeout_s * 1000))
+        for job in self.store.pending_handoffs(now):
+            if job.peer_id not in self.peers:  # removed from the configuration since the promotion
+                self.failed(job, DeliveryError.CANNOT_TAKE, f"peer {job.peer_id} is not configured", done)
+            # Claimed before its call (none for a job cancelled since, or another tick delivers it):
+            # a cancel then knows it may still land.
+            elif self.store.begin_delivery(job.job_id, job.nonce, now, stale_before_ms=stale_before):
+                by_peer[job.peer_id].append(job)
+        batches = {peer_id: _Batch(jobs) for peer_id, jobs in by_peer.items()}
 
         def deliver_all(peer: Peer) -> None:
             batch = batches[peer.peer_id]
             for job in batch.jobs:
-                if batch.given_up:
+                if not batch.start(job):
                     return  # the tick has moved on: the rest waits for the next one
-                self._deliver_one(peer, job, batch, done)
+                outcome: Outcome
+                try:
+                    outcome = peer.deliver(self._handoff(job))
+                except Exception as error:  # a PeerError, or a bug in the peer client: retried as transient
+                    outcome = error
+                if not batch.finish(job, outcome):
+                    self._landed_late(job, outcome)
 
-        targets = {peer_id: self.peers[peer_id] for peer_id in batches}
-        for peer_id, result in each_peer(targets, deliver_all, self.timeout_s).items():
+        results = each_peer({peer_id: self.peers[peer_id] for peer_id in batches}, deliver_all, self.timeout_s)
+        for peer_id, result in results.items():
+            batch = batches[peer_id]
             if isinstance(result, BaseException):
-                for job in batches[peer_id].give_up():
+                in_flight, never_started = batch.give_up()
+                if in_flight is not None:  # still in the peer: its claim stays until its call returns
+                    self.failed(in_flight, DeliveryError.TRANSIENT, str(result), done)
+                for job in never_started:
                     self.failed(job, DeliveryError.TRANSIENT, str(result), done)
+                    self.store.release_delivery(job.job_id, job.nonce)
+            for job, outcome in batch.done:
+                self._record(job, outcome, done)
         return done
 
-    def _deliver_one(self, peer: Peer, job: JobRecord, batch: _Batch, done: Delivered) -> None:
-        now = self.clock()
-        stale_before = claim_stale_before(now, int(self.timeout_s * 1000))
-        if not self.store.begin_delivery(job.job_id, job.nonce, now, stale_before_ms=stale_before):
-            batch.take(job)  # cancelled, ended, moved on or being delivered by another tick: nothing to record
-            return
-        outcome: JobReport | Exception
-        try:
-            outcome = peer.deliver(self._handoff(job))
-        except Exception as error:  # a PeerError, or a bug in the peer client: retried like a transient one
-            outcome = error
-        on_time = batch.take(job)
+    def _record(self, job: JobRecord, outcome: Outcome, done: Delivered) -> None:
         if isinstance(outcome, JobReport):
-            # Recorded whenever it lands: the peer has the job, whatever the tick concluded meanwhile.
-            if self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id) and on_time:
+            if self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id):
                 self.apply_report(job, outcome)
                 done.delivered.append(job.job_id)
             return
-        if on_time:
-            if isinstance(outcome, PeerError):
-                kind = error_kind(outcome)
-                self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)
-            else:
-                self.failed(job, DeliveryError.TRANSIENT, str(outcome), done)
+        if isinstance(outcome, PeerError):
+            kind = error_kind(outcome)
+            self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)
+        else:
+            self.failed(job, DeliveryError.TRANSIENT, str(outcome), done)
         self.store.release_delivery(job.job_id, job.nonce)
+
+    def _landed_late(self, job: JobRecord, outcome: Outcome) -> None:
+        """A call the tick stopped waiting for returned: the peer has the job (recorded whatever the
+        tick concluded meanwhile), or it failed (nothing more in flight)."""
+        if isinstance(outcome, JobReport):
+            self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id)
+        else:
+            self.store.release_delivery(job.job_id, job.nonce)
 
     def _handoff(self, job: JobRecord) -> Handoff:
         return projected(job, Handoff, spec=job.job_spec, requester=self.cluster)
