@@ -107,12 +107,12 @@ class Handoffs(StoreBase):
                 .where(jobs.c.job_id == job_id)
                 .with_for_update()
             ).first()
-            if row is None or row.nonce != nonce:
-                if peer_id:
-                    abandon(connection, peer_id, job_id, nonce, "admitted after the job went on without it", now_ms)
-                return False
+            # Gone on without it (a new nonce), or given up on there (its requeue budget spent).
+            unwanted = row is None or row.nonce != nonce or row.handoff_state == HandoffState.REJECTED.value
+            if unwanted and peer_id:
+                abandon(connection, peer_id, job_id, nonce, "admitted after the job went on without it", now_ms)
             this = jobs.update().where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
-            if row.handoff_state != HandoffState.PENDING.value:  # its report got here first
+            if row is None or unwanted or row.handoff_state != HandoffState.PENDING.value:  # or its report came first
                 connection.execute(this.values(delivery_claimed_at_ms=None))
                 return False
             values: dict[str, Any] = {
@@ -267,7 +267,7 @@ class Handoffs(StoreBase):
             "handoff_state": sa.case((arriving, HandoffState.HANDED_OFF.value), else_=jobs.c.handoff_state),
             # The peer has it: its "not found" is news again, and its start timeout runs from now.
             "delivery_claimed_at_ms": sa.case((arriving, None), else_=jobs.c.delivery_claimed_at_ms),
-            "handed_off_at_ms": sa.func.coalesce(jobs.c.handed_off_at_ms, now_ms),
+            "handed_off_at_ms": sa.case((arriving, now_ms), else_=jobs.c.handed_off_at_ms),
             **touched(now_ms),
         }
         if report.backend_id:

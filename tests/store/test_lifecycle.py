@@ -15,7 +15,7 @@ from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.peer_loss import LostEnd, LostRequeue
 from iris_airflow_provider.core.states import HandoffState, JobState
-from iris_airflow_provider.store.records import JobRecord
+from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
 from iris_airflow_provider.store.store import FederationStore, RequeueOutcome
 from tests.postgres import scratch_database
 from tests.store.test_store import NOW, promotion, queue
@@ -92,6 +92,16 @@ class TestDeliveryClaim:
         assert store.mark_handed_off(JOB, nonce, NOW + 3, peer_id="cw")
         assert [h.nonce for h in store.abandoned_handoffs()] == [nonce]
         assert get(store).state is JobState.FAILED
+
+
+    def test_an_incarnation_admitted_after_its_requeue_budget_was_spent_is_terminated_there(self, store):
+        nonce = delivering(store)
+        refusal = HandoffRefusal(JOB, nonce, "cw", "unavailable: timed out", NOW + 100)
+        assert store.requeue_handoff(refusal, max_requeues=0, now_ms=NOW + 1) is RequeueOutcome.EXHAUSTED
+        store.forget_abandoned(store.abandoned_handoffs()[0], NOW + 2, terminated=False)  # "not found" earlier
+        assert not store.mark_handed_off(JOB, nonce, NOW + 3, peer_id="cw")  # then its answer lands
+        assert [h.nonce for h in store.abandoned_handoffs()] == [nonce]
+        assert get(store).delivery_claimed_at_ms is None
 
 
 class TestCancelAnswers:
