@@ -93,7 +93,6 @@ class TestDeliveryClaim:
         assert [h.nonce for h in store.abandoned_handoffs()] == [nonce]
         assert get(store).state is JobState.FAILED
 
-
     def test_an_incarnation_admitted_after_its_requeue_budget_was_spent_is_terminated_there(self, store):
         nonce = delivering(store)
         refusal = HandoffRefusal(JOB, nonce, "cw", "unavailable: timed out", NOW + 100)
