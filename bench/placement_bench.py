@@ -43,6 +43,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python bench/placement_bench.py``: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import capacity_scenarios
 from iris_airflow_provider.core.availability import Availability, PeerBackend, PeerState
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import Constraint, Op, normalize_advertised
@@ -436,6 +437,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"runs of the reference below {GOAL_CASE}, which runs once at {GOAL_CASE} (default: 3)",
     )
     parser.add_argument("--gc", action="store_true", help="leave the garbage collector on while timing")
+    capacity_scenarios.add_arguments(parser)
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sizes.split(",") if name.strip()]
     unknown = [name for name in names if name not in CASES]
@@ -470,6 +472,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "staleness_ms": STALENESS_MS,
         "gc_enabled_while_timing": args.gc,
     }
+    scenarios = None if args.skip_scenarios else capacity_scenarios.run_from_args(args)
+    if args.scenarios_only:
+        assert scenarios is not None
+        if args.json:
+            print(json.dumps({"environment": env, "scenarios": capacity_scenarios.as_json(scenarios)}, indent=2))
+        else:
+            capacity_scenarios.print_from_args(scenarios, args)
+        return 0
     rows = [
         run_case(
             case,
@@ -487,9 +497,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if args.json:
         report = {"environment": env, "config": config, "cases": [asdict(r) for r in rows], "goals": goals(rows)}
+        if scenarios is not None:
+            report["scenarios"] = capacity_scenarios.as_json(scenarios)
         print(json.dumps(report, indent=2))
     else:
         print_table(rows, env, config)
+        if scenarios is not None:
+            capacity_scenarios.print_from_args(scenarios, args)
     return 1 if any(row.identical is False for row in rows) else 0
 
 

@@ -4,6 +4,12 @@ The four components run as separate processes (api-server, scheduler, dag-proces
 not ``airflow standalone``, which does not stop cleanly), each in its own session, with their
 own ``AIRFLOW_HOME``, port, metadata database and federation store, so several deployments can
 run side by side. It talks to them only the way a user would: the REST API with a token.
+
+Users sign in through Airflow's SimpleAuthManager by default (roles viewer, user, op, admin, on
+every DAG alike). ``auth_manager="fab"`` runs the FAB auth manager instead (the
+``apache-airflow-providers-fab`` package), whose roles can grant permissions on single DAGs: the
+same users get FAB's built-in roles, and :meth:`AirflowDeployment.create_role` and
+:meth:`AirflowDeployment.create_user` add more through FAB's own REST API.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from cryptography.fernet import Fernet
@@ -27,7 +35,24 @@ REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USERS = {"admin": "admin", "alice": "user", "bob": "user", "viewer": "viewer"}
+FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+FAB_ROLES = {"admin": "Admin", "user": "User", "op": "Op", "viewer": "Viewer"}  # FAB's built-in roles
 TERMINAL_RUN_STATES = ("success", "failed")
+# Notice a killed worker (its task's heartbeat stops) and a dead scheduler's orphaned tasks in
+# seconds, not minutes. A live scheduler counts as dead once its heartbeat is older than the
+# threshold: 30 s (Airflow's default), not less, or a busy machine makes it reset its own tasks.
+FAST_FAILURE_DETECTION = {
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "30",
+}
+# The demo on a busy two-core machine: nothing is killed on purpose, so nothing needs noticing fast.
+PATIENT_FAILURE_DETECTION = {
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
+    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "300",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "120",
+    "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "120",
+}
 
 
 class DeploymentError(RuntimeError):
@@ -44,7 +69,12 @@ class AirflowDeployment:
     dags_folder: Path = REPO / "dags"
     extra_env: dict[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    # Tests kill workers and schedulers on purpose and want Airflow to notice in seconds. The demo
+    # does not: on a busy machine, a scheduler whose own heartbeat lags past a short threshold
+    # declares itself dead and resets its running tasks, so it keeps Airflow's patient defaults.
+    fast_failure_detection: bool = True
     passwords: dict[str, str] = field(default_factory=dict)  # default: "<user>-password"
+    auth_manager: Literal["simple", "fab"] = "simple"
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -81,15 +111,17 @@ class AirflowDeployment:
             # One key for every component: the dag-processor encrypts trigger kwargs the triggerer reads.
             "AIRFLOW__CORE__FERNET_KEY": self._secret("fernet", Fernet.generate_key().decode()),
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
-            # Notice dead workers and a dead scheduler's orphaned tasks in seconds, not minutes.
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
             "AIRFLOW__TRIGGERER__CAPACITY": "1000",
             "AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT": json.dumps({"conn_type": "irisfederation", "host": self.store_url}),
             "PYTHONUNBUFFERED": "1",
         }
+        if self.auth_manager == "fab":
+            env["AIRFLOW__CORE__AUTH_MANAGER"] = FAB_AUTH_MANAGER
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        if self.fast_failure_detection:
+            env.update(FAST_FAILURE_DETECTION)
+        else:
+            env.update(PATIENT_FAILURE_DETECTION)
         if self.cluster_config is not None:
             env["AIRFLOW__IRIS_FEDERATION__CLUSTER_CONFIG"] = str(self.cluster_config)
         env.update(self.extra_env)
@@ -112,9 +144,21 @@ class AirflowDeployment:
         )
         if migrate.returncode != 0:
             raise DeploymentError(f"airflow db migrate failed:\n{migrate.stdout[-3000:]}\n{migrate.stderr[-3000:]}")
+        if self.auth_manager == "fab":
+            self._airflow("users", "create", *_fab_user_args("admin", self.password("admin"), "Admin"))
         for component in COMPONENTS:
             self.start_component(component)
         self.wait_healthy(timeout)
+        if self.auth_manager == "fab":
+            for user, role in USERS.items():
+                if user != "admin":
+                    self.create_user(user, [FAB_ROLES[role]])
+
+    def _airflow(self, *args: str) -> str:
+        done = subprocess.run([str(VENV_BIN / "airflow"), *args], env=self.env(), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise DeploymentError(f"airflow {args[0]} {args[1]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done.stdout
 
     def start_component(self, component: str) -> None:
         args = [str(VENV_BIN / "airflow"), component]
@@ -124,6 +168,36 @@ class AirflowDeployment:
         self.processes[component] = subprocess.Popen(
             args, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
+
+    # FAB users and roles (auth_manager="fab") --------------------------------------------------
+
+    def create_role(self, name: str, permissions: Iterable[tuple[str, str]]) -> None:
+        """A FAB role granting ``(action, resource)`` pairs, e.g. ``("can_read", "DAG:train")``,
+        through FAB's REST API (``POST /auth/fab/v1/roles``) as admin. A DAG's resources
+        (``DAG:<id>``, ``DAG Run:<id>``) exist once the dag-processor has parsed it."""
+        body = {
+            "name": name,
+            "actions": [
+                {"action": {"name": action}, "resource": {"name": resource}} for action, resource in permissions
+            ],
+        }
+        response = self.api("POST", "/auth/fab/v1/roles", json=body, timeout=120)
+        if response.status_code not in (200, 201):
+            raise DeploymentError(f"creating role {name} failed: {response.status_code} {response.text}")
+
+    def create_user(self, user: str, roles: Sequence[str]) -> None:
+        """A FAB user with ``roles`` and the deployment's password for it (``POST /auth/fab/v1/users``)."""
+        body = {
+            "username": user,
+            "email": f"{user}@example.com",
+            "first_name": user,
+            "last_name": "Example",
+            "roles": [{"name": role} for role in roles],
+            "password": self.password(user),
+        }
+        response = self.api("POST", "/auth/fab/v1/users", json=body, timeout=120)  # hashes the password
+        if response.status_code not in (200, 201):
+            raise DeploymentError(f"creating user {user} failed: {response.status_code} {response.text}")
 
     def stop_component(self, component: str, timeout: float = 30) -> None:
         process = self.processes.pop(component, None)
@@ -176,7 +250,7 @@ class AirflowDeployment:
     def token(self, user: str = "admin") -> str:
         if user not in self._tokens:
             response = httpx.post(
-                f"{self.base_url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=30
+                f"{self.base_url}/auth/token", json={"username": user, "password": self.password(user)}, timeout=60
             )
             response.raise_for_status()
             self._tokens[user] = response.json()["access_token"]
@@ -185,7 +259,7 @@ class AirflowDeployment:
     def api(self, method: str, path: str, *, user: str = "admin", **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
         return httpx.request(
-            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 30), **kwargs
+            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 90), **kwargs
         )
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
@@ -264,10 +338,61 @@ class AirflowDeployment:
         response.raise_for_status()
         return response.json()["value"]
 
+    def wait_for_tick(self, after_ms: int, timeout: float = 120) -> None:
+        """Until a placement tick that started after ``after_ms`` (epoch ms) has finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            runs = self.api(
+                "GET", "/api/v2/dags/iris_federation_tick/dagRuns", params={"order_by": "-start_date", "limit": 5}
+            ).json()["dag_runs"]
+            if any(run["state"] == "success" and _epoch_ms(run["start_date"]) > after_ms for run in runs):
+                return
+            time.sleep(0.5)
+        raise DeploymentError(f"no placement tick finished within {timeout:.0f} s after {after_ms}")
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """What "Mark failed" (or success) on a task instance in the UI does."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}/taskInstances/{task_id}"
+        response = self.api("PATCH", path, json={"new_state": state})
+        if response.status_code != 200:
+            raise DeploymentError(
+                f"marking {task_id} of {run_id} {state} failed: {response.status_code} {response.text}"
+            )
+
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """What "Clear" on a task instance in the UI does (running or deferred tasks too)."""
+        body = {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "only_failed": False}
+        response = self.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", json=body)
+        if response.status_code != 200:
+            raise DeploymentError(f"clearing {task_id} of {run_id} failed: {response.status_code} {response.text}")
+
+    def worker_of(self, dag_id: str, run_id: str, task_id: str) -> tuple[int, int]:
+        """(worker, task process) of a running task instance: the LocalExecutor worker supervises
+        the task process it forked, whose pid the task instance records."""
+        pid = self.task_instance(dag_id, run_id, task_id).get("pid")
+        if not pid:
+            raise DeploymentError(f"task {task_id} of {run_id} has no process")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        parent = int(stat.rsplit(")", 1)[1].split()[1])  # the fields after the command name: state, ppid
+        return parent, int(pid)
+
     def set_run_state(self, dag_id: str, run_id: str, state: str) -> None:
         response = self.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{_quote(run_id)}", json={"state": state})
         if response.status_code != 200:
             raise DeploymentError(f"setting {run_id} to {state} failed: {response.status_code} {response.text}")
+
+
+def _epoch_ms(timestamp: str | None) -> int:
+    if not timestamp:
+        return 0
+    return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _fab_user_args(user: str, password: str, role: str) -> list[str]:
+    return [
+        *("--username", user, "--password", password, "--role", role),
+        *("--email", f"{user}@example.com", "--firstname", user, "--lastname", "Example"),
+    ]
 
 
 def _quote(run_id: str) -> str:

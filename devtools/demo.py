@@ -10,6 +10,10 @@ UI, and stops everything cleanly on Ctrl-C (``--exit-when-done`` stops at once i
 With ``--with-airflow-peer`` it also starts a second Airflow deployment, ``cw-east`` (8 h200
 slots), as a real peer: marin reaches it over its peer HTTP API with signed identity, and one more
 example job needs h200s, so it is handed off there.
+
+Every example job has the outcome the README shows (where it runs, and that it succeeds or is
+rejected); with ``--exit-when-done`` the demo exits with status 1 naming each job that ended
+otherwise, so CI runs it (``scripts/test.sh``) and a regression cannot pass silently.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import yaml
 
 from devtools.airflow_deployment import REPO, AirflowDeployment, DeploymentError
 
-EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
+# (user, title, job, (expected state, expected place: a prefix of "peer cw-h100/default", "marin/cpu", "-")).
+EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any], tuple[str, str]]] = [
     (
         "alice",
         "8 x H100 training: the only peer with H100s has them free",
@@ -36,6 +41,7 @@ EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
             "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}},
             "priority_band": "interactive",
         },
+        ("succeeded", "peer cw-h100"),
     ),
     (
         "bob",
@@ -46,6 +52,7 @@ EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
             "resources": {"device": {"type": "gpu", "variant": "gb200", "count": 4}},
             "priority_band": "batch",
         },
+        ("succeeded", "peer cw-gb200"),
     ),
     (
         "alice",
@@ -55,21 +62,25 @@ EXAMPLE_JOBS: list[tuple[str, str, dict[str, Any]]] = [
             "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}},
             "priority_band": "batch",
         },
+        ("succeeded", "peer cw-h100"),
     ),
     (
         "bob",
         "CPU preprocessing: runs here, on marin",
         {"command": "echo tokenizing; sleep 2", "resources": {"device": {"type": "cpu"}}},
+        ("succeeded", "marin/cpu"),
     ),
     (
         "alice",
         "CPU evaluation pinned to cw-gb200 (target_cluster)",
         {"command": "echo evaluating", "target_cluster": "cw-gb200"},
+        ("succeeded", "peer cw-gb200"),
     ),
     (
         "bob",
         "TPU v5p job: nobody has TPUs, so it is rejected at once",
         {"command": "true", "resources": {"device": {"type": "tpu", "variant": "v5p-8", "count": 4}}},
+        ("rejected", "-"),
     ),
 ]
 
@@ -92,6 +103,7 @@ PEER_JOB = (
         "command": "echo running on the peer deployment; sleep 4",
         "resources": {"device": {"type": "gpu", "variant": "h200", "count": 8}},
     },
+    ("succeeded", "peer cw-east"),
 )
 
 
@@ -106,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also start a second Airflow deployment, cw-east (8 h200), as a real peer reached over HTTP",
     )
     args = parser.parse_args(argv)
+    args.home = args.home.resolve()  # SQLite URLs need an absolute path
 
     shutil.rmtree(args.home, ignore_errors=True)
     args.home.mkdir(parents=True)
@@ -126,10 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         store_url=f"sqlite:///{args.home / 'marin' / 'iris_federation.db'}",
         cluster_config=cluster,
         passwords={"admin": "admin"},
+        fast_failure_detection=False,
     )
     deployments.append(deployment)
     jobs = EXAMPLE_JOBS + ([PEER_JOB] if peer_deployment else [])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    failed = False
     try:
         started = time.monotonic()
         if peer_deployment is not None:
@@ -144,12 +159,17 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.monotonic() - started
         say(f"Airflow is up after {elapsed:.0f} s: {deployment.base_url} (user admin, password admin)")
         runs = []
-        for user, title, job in jobs:
+        for user, title, job, _expected in jobs:
             run_id = deployment.trigger("federated_job", {"job": job}, user=user)
             runs.append((user, title, run_id))
             say(f"  {user:<6} submitted {title}")
             time.sleep(1)
-        watch(deployment, runs)
+        ended = watch(deployment, runs)
+        unexpected = surprises(jobs, ended)
+        if unexpected:
+            say("\nThese jobs did not end as the demo expects:\n" + "\n".join(unexpected))
+            say(f"Logs: {deployment.home / 'logs'}" + (f", {peer_deployment.home / 'logs'}" if peer_deployment else ""))
+            failed = True
         say(f"\nAll jobs are done. Airflow UI: {deployment.base_url}/dags/federated_job (admin / admin)")
         if peer_deployment is not None:
             say(f"The peer's view of the job it received: {peer_deployment.base_url}/dags/iris_federation_runner")
@@ -171,7 +191,23 @@ def main(argv: list[str] | None = None) -> int:
         if peer_deployment is not None and peer_deployment.cluster_config is not None:
             stop_jobs(peer_deployment.cluster_config)
         say("Stopped.")
-    return 0
+    return 1 if failed else 0
+
+
+def surprises(
+    jobs: list[tuple[str, str, dict[str, Any], tuple[str, str]]], ended: list[tuple[str, str, str]]
+) -> list[str]:
+    """Each job that did not end as expected (its state, where it ran, and its DAG run's state,
+    which must agree with the job's): its title, and what it did instead."""
+    found = []
+    for (_user, title, _job, (state, place)), (got_state, got_place, run_state) in zip(jobs, ended, strict=True):
+        run_expected = "success" if state == "succeeded" else "failed"
+        if got_state != state or not got_place.startswith(place) or run_state != run_expected:
+            found.append(
+                f"  {title}: expected {state} at {place} (run {run_expected}), "
+                f"got {got_state} at {got_place} (run {run_state})"
+            )
+    return found
 
 
 def airflow_peer(home: Path, parent_config: dict[str, Any]) -> tuple[AirflowDeployment, dict[str, Any]]:
@@ -211,12 +247,15 @@ def airflow_peer(home: Path, parent_config: dict[str, Any]) -> tuple[AirflowDepl
         store_url=f"sqlite:///{peer_home / 'iris_federation.db'}",
         cluster_config=peer_cluster,
         passwords={"admin": "admin"},
+        fast_failure_detection=False,
     )
-    return peer, {"id": "cw-east", "kind": "airflow", "url": peer.base_url}
+    # Plain HTTP on loopback: the demo has no TLS certificate (a real peer is reached over https).
+    return peer, {"id": "cw-east", "kind": "airflow", "url": peer.base_url, "allow_insecure_http": True}
 
 
-def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> None:
-    """Print each job's state, where it runs and why it waits, whenever anything changes."""
+def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Print each job's state, where it runs and why it waits, whenever anything changes, until
+    every run has ended; then each job's final (state, place, DAG run state)."""
     from iris_airflow_provider.store.store import FederationStore
 
     store = FederationStore.from_url(deployment.store_url)
@@ -224,7 +263,7 @@ def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> No
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline:
-            lines, done = [], 0
+            lines, done, ended = [], 0, []
             for user, title, run_id in runs:
                 run_state = deployment.run("federated_job", run_id)["state"]
                 job = next((j for j in store.list_jobs(limit=1000) if j.origin and j.origin.run_id == run_id), None)
@@ -241,6 +280,7 @@ def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> No
                     detail = job.pending_reason or job.error
                 if run_state in ("success", "failed"):
                     done += 1
+                ended.append((state, where, run_state))
                 lines.append(
                     f"  {user:<6} {state:<13} {where:<22} {title}" + (f"\n{'':>23}-> {detail}" if detail else "")
                 )
@@ -249,7 +289,7 @@ def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> No
                 say(f"\n[{time.strftime('%H:%M:%S')}] job states (DAG run state in the UI):\n{table}")
                 last = table
             if done == len(runs):
-                return
+                return ended
             time.sleep(1)
         raise DeploymentError("the example jobs did not finish within 5 minutes")
     finally:

@@ -13,3 +13,13 @@ echo "== ruff format --check" && .venv/bin/ruff format --check .
 echo "== mypy" && .venv/bin/mypy
 echo "== lint-imports (the layers of CONTRIBUTING.md)" && .venv/bin/lint-imports --no-cache
 echo "== pytest" && .venv/bin/python -m pytest "$@"
+
+# The whole suite (no pytest arguments) ends with the live demo, with the Airflow peer, as a new
+# user runs it: it exits 1 unless every example job ends where and how the README says.
+# IRIS_SKIP_DEMO=1 leaves it out.
+if [ "$#" -eq 0 ] && [ "${IRIS_SKIP_DEMO:-0}" != "1" ]; then
+    echo "== demo (scripts/demo.sh --with-airflow-peer --exit-when-done)"
+    started=$SECONDS
+    scripts/demo.sh --with-airflow-peer --exit-when-done --home .artifacts/demo
+    echo "demo: $((SECONDS - started)) s"
+fi

@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
 
 from iris_airflow_provider.core.availability import PeerBackend
 
@@ -43,6 +45,23 @@ class LogChunk:
     lines: tuple[str, ...]
     next_cursor: str
     truncated: bool = False  # more was available than the bound allowed
+
+
+class MalformedCursorError(ValueError):
+    """A log cursor this backend did not mint (a caller's mistake, not the backend's)."""
+
+
+Cursor = TypeVar("Cursor")
+
+
+def decode_cursor(cursor: str, shape: TypeAdapter[Cursor], empty: Cursor) -> Cursor:
+    """A backend's log cursor (JSON of ``shape``; ``empty`` for ""), or MalformedCursorError."""
+    if not cursor:
+        return empty
+    try:
+        return shape.validate_json(cursor)
+    except ValidationError:
+        raise MalformedCursorError(f"cursor {cursor[:100]!r} is not a log cursor this cluster returned") from None
 
 
 @dataclass(frozen=True, slots=True)

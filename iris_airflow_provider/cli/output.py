@@ -60,6 +60,10 @@ def capacity(backend: dict[str, Any]) -> str:
             if entry.get("amounts", {}).get(variant)
         ]
         parts.append(f"{variant} {free}/{total} free" + (f" (held: {', '.join(held)})" if held else ""))
+    if backend.get("reserved_note"):
+        parts.append(backend["reserved_note"])
+    if backend.get("held_for"):
+        parts.append(backend["held_for"]["text"])
     return "; ".join(parts) or "no device capacity"
 
 

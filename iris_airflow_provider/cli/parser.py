@@ -27,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser(
         "simulate",
         help="print what the federation would do with a given state (JSON in, JSON out)",
-        description="Read one JSON state (local backends, peers, jobs, ledger) and print the decisions, "
-        "promotions, pending reasons, expired jobs and updated ledger of one placement tick.",
+        description="Read one JSON state (local backends, peers, jobs, ledger, reserve_after_ms) and print the "
+        "decisions, promotions, pending reasons, expired jobs, updated ledger and reservations (backends held for "
+        "starving jobs) of one placement tick.",
     )
     simulate.add_argument("file", help="input JSON file, or - for standard input")
     simulate.add_argument("--no-explain", action="store_true", help="leave out pending jobs' explanations")
@@ -86,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel", store_commands.cancel, "cancel a job (before handoff it never reaches a peer)"),
     ):
         command = commands.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        command.add_argument("job", metavar="JOB", help="the job id, e.g. /alice/train.run.manual__...")
+        command.add_argument("job", metavar="JOB", type=_job_id, help="the job id, e.g. /alice/train.run.manual__...")
         _store_options(command)
         command.set_defaults(run=run)
     return parser
@@ -103,3 +104,12 @@ def _bounded_int(name: str, low: int, high: int) -> Any:
         return value
 
     return parse
+
+
+def _job_id(raw: str) -> str:
+    from iris_airflow_provider.core.job_ids import JobIdError, check_job_key
+
+    try:
+        return check_job_key(raw)
+    except JobIdError as error:
+        raise argparse.ArgumentTypeError(f"JOB {error}") from None

@@ -165,6 +165,13 @@ def describe(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             for e in details["events"]
         ],
     )
+    if details["replicas"]:
+        stdout.write("\nReplicas:\n")
+        table(
+            stdout,
+            ["REPLICA", "STATE", "EXIT CODE"],
+            [[r["index"], r["state"], "" if r["exit_code"] is None else r["exit_code"]] for r in details["replicas"]],
+        )
     if details["pending_reasons"]:
         stdout.write("\nPending reasons: " + " -> ".join(details["pending_reasons"]) + "\n")
     if details["output_tail"]:
@@ -194,16 +201,26 @@ def explain(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             for index, b in enumerate(peer["backends"] or [None]):
                 lead = [peer["peer_id"], peer["status"]] if index == 0 else ["", ""]
                 if b is None:
-                    rows.append([*lead, "(no backends)", "", "", "", ""])
+                    rows.append([*lead, "(no backends)", "", "", "", "", ""])
                     continue
                 amounts = b.get("capacity") or ", ".join(f"{n} {t}" for t, n in b.get("free", {}).items())
                 reclaim = ", ".join(f"{n} {t}" for t, n in b.get("reclaimable", {}).items())
                 shape = "matches" if b["shape_matches"] else "needs " + ", ".join(b["unmet"])
-                rows.append(
-                    [*lead, b["backend_id"], shape, amounts, reclaim, {True: "yes", False: "no"}.get(b.get("fits"))]
-                )
-        table(stdout, ["PEER", "STATUS", "BACKEND", "SHAPE", "FREE", "RECLAIMABLE", "FITS"], rows)
+                fits = {True: "yes", False: "no"}.get(b.get("fits"))
+                rows.append([*lead, b["backend_id"], shape, amounts, reclaim, fits, _backend_note(b)])
+        table(stdout, ["PEER", "STATUS", "BACKEND", "SHAPE", "FREE", "RECLAIMABLE", "FITS", "NOTE"], rows)
     return 0
+
+
+def _backend_note(row: dict[str, Any]) -> str:
+    """What else keeps capacity on this backend from the job: reservations and a hold."""
+    notes = []
+    if row.get("reserved"):
+        reserved = ", ".join(f"{n} {t}" for t, n in row["reserved"].items())
+        notes.append(f"{reserved} {row['reserved_note']}")
+    if row.get("hold"):
+        notes.append(row["hold"])
+    return "; ".join(notes)
 
 
 def cancel(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:

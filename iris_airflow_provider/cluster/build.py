@@ -54,9 +54,11 @@ def build_peers(config: ClusterConfig) -> dict[str, Peer]:
                 minter,
                 timeout_seconds=peer.timeout_seconds,
                 delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
+                allow_insecure_http=peer.allow_insecure_http,
             )
         else:
-            peers[peer.id] = AgentlessPeer(peer.id, [build_backend(config, peer.id, b) for b in peer.backends])
+            backends = [build_backend(config, peer.id, b) for b in peer.backends]
+            peers[peer.id] = AgentlessPeer(peer.id, backends, allowed_submitters=peer.allowed_submitters)
     return peers
 
 

@@ -16,6 +16,9 @@ field and what is accepted. Example::
         kind: agentless
         backends:
           - {id: default, kind: process, devices: {h100: 8}}
+      - id: cw-east           # an Airflow peer: its cluster name, and its api-server over https
+        kind: airflow
+        url: https://airflow.cw-east.example.com
 
 Where the file lives: ``[iris_federation] cluster_config`` (``AIRFLOW__IRIS_FEDERATION__CLUSTER_CONFIG``).
 Without one, the cluster is ``local`` with one CPU process backend and no peers.
@@ -68,6 +71,11 @@ class AgentlessPeerConfig(StrictModel):
     id: str
     kind: Literal["agentless"]
     backends: list[BackendConfig] = Field(min_length=1)
+    allowed_submitters: list[str] = Field(
+        default_factory=list,
+        description='whose jobs may be handed to this peer: "*", "*@domain" or exact names (the admission an '
+        "Airflow peer applies to itself, checked here by the parent before the handoff); none by default",
+    )
 
     _check_id = field_validator("id")(check_name)
 
@@ -77,8 +85,12 @@ class AgentlessPeerConfig(StrictModel):
 class AirflowPeerConfig(StrictModel):
     """Another Airflow deployment running this provider, reached over its peer API."""
 
-    id: str
+    id: str = Field(description="the peer's own cluster name: its tokens are signed for that name alone")
     kind: Literal["airflow"]
+    # Declared before ``url``, whose check reads it.
+    allow_insecure_http: bool = Field(
+        default=False, description="accept an http:// url (tests and local demos only: tokens and jobs travel in clear)"
+    )
     url: str = Field(description="the peer's api-server, e.g. https://airflow.cw-east.example.com")
     timeout_seconds: float = Field(default=10, gt=0)
 
@@ -86,9 +98,14 @@ class AirflowPeerConfig(StrictModel):
 
     @field_validator("url")
     @classmethod
-    def _http(cls, value: str) -> str:
+    def _https(cls, value: str, info: ValidationInfo) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+            raise ValueError(f"must be an https:// URL, got {value!r}")
+        if value.startswith("http://") and not info.data.get("allow_insecure_http", False):
+            raise ValueError(
+                f"{value!r} is plain http://, which sends peer tokens and jobs in the clear: use https://, "
+                "or set allow_insecure_http: true on this peer (tests and local demos only)"
+            )
         return value.rstrip("/")
 
 

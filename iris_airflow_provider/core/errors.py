@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+_LONGEST_PART = 64
+
 
 @dataclass(frozen=True, slots=True)
 class FieldProblem:
@@ -31,7 +33,12 @@ class SpecError(ValueError):
 
     @classmethod
     def from_validation_error(cls, error: ValidationError, prefix: str = "") -> SpecError:
-        return cls([FieldProblem(join_path(prefix, _path(e["loc"])), _message(e)) for e in error.errors()])
+        return cls.from_errors(error.errors(), prefix)
+
+    @classmethod
+    def from_errors(cls, errors: Iterable[Any], prefix: str = "") -> SpecError:
+        """From pydantic's error dicts (``ValidationError.errors()``, or FastAPI's request errors)."""
+        return cls([FieldProblem(join_path(prefix, _path(e["loc"])), _message(e)) for e in errors])
 
 
 def join_path(prefix: str, path: str) -> str:
@@ -50,7 +57,10 @@ def _path(loc: Iterable[int | str]) -> str:
         elif part.startswith("function-"):  # pydantic's name for a validator step, not a field
             continue
         else:
-            out = f"{out}.{part}" if out else str(part)
+            # A key of the input (an env name, a file name) may hold anything: escaped, and cut,
+            # so the error is safe to log and to send as JSON.
+            part = part if part.isprintable() and len(part) <= _LONGEST_PART else repr(part[:_LONGEST_PART])
+            out = f"{out}.{part}" if out else part
     return out
 
 
@@ -67,10 +77,14 @@ def _message(error: Any) -> str:
         return f"must be <= {ctx['le']}"
     if kind in ("literal_error", "enum"):
         return f"must be one of: {ctx.get('expected', '')}".replace("'", "")
-    if kind in ("int_type", "int_parsing", "int_from_float"):
+    if kind in ("int_type", "int_parsing", "int_from_float", "int_parsing_size"):
         return "must be an integer"
     if kind in ("float_type", "float_parsing"):
         return "must be a number"
+    if kind == "finite_number":
+        return "must be a finite number"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} items, got {ctx.get('actual_length')}"
     if kind in ("string_type",):
         return "must be a string"
     if kind in ("bool_type", "bool_parsing"):

@@ -1,11 +1,13 @@
-"""The reservation ledger: capacity already promoted against a peer backend's observation.
+"""The reservation ledger: capacity already spoken for on a peer backend, which the placement pass
+spends before it places anything, and its arithmetic.
 
-The tick runs far more often than peers heartbeat, so without a ledger every tick would re-spend
-the same advertised number. A row is keyed on the backend's ``observation_epoch_ms``; it keeps
-applying while the backend reports that observation (or, if the peer's clock went backwards, an
-older one) and is dropped only when a strictly newer observation arrives, whose numbers already
-reflect the delivered jobs. Unlike the reference, the ledger is persisted (ticks are separate
-processes) and resets only on a strictly newer observation.
+A row reserves amounts against a backend's observation (``observation_epoch_ms``): it applies while
+the backend reports that observation (or, if the peer's clock went backwards, an older one) and
+drops once a strictly newer one arrives. That is the whole rule for the rows ``simulate`` takes in
+and gives back (one pass, nothing known of the jobs behind them). The tick builds its rows from the
+jobs it has in flight instead (:mod:`iris_airflow_provider.core.reservations`), always at the
+backend's current observation: there a reservation lasts until the peer's reports show its job,
+not merely until a newer observation.
 """
 
 from __future__ import annotations

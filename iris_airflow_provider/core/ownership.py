@@ -13,11 +13,13 @@ Received jobs (handed over by a peer) live under their requester's own namespace
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from iris_airflow_provider.core.job_ids import user_segment
 
 UNATTRIBUTED = "airflow"  # the namespace of runs with no accountable user (scheduled, no submitter)
-_NOT_IN_SEGMENT = re.compile(r"[^A-Za-z0-9_.@+-]")
 RECEIVED_SEPARATOR = ":"
 
 
@@ -35,8 +37,8 @@ class Owner:
 
 
 def user_namespace(user: str) -> str:
-    """The first segment of the job ids ``user`` may use (characters outside ids replaced by ``_``)."""
-    return _NOT_IN_SEGMENT.sub("_", user) if user else UNATTRIBUTED
+    """The first segment of the job ids ``user`` may use (characters the id rule refuses become ``_``)."""
+    return user_segment(user) if user else UNATTRIBUTED
 
 
 def qualified_job_id(job_id: str, user: str) -> str:
@@ -64,6 +66,21 @@ def may_claim(owner: Owner | None, claimant: Owner) -> bool:
 def taken(job_id: str) -> OwnershipError:
     """The refusal for a job id owned by someone else: names the conflict and the remedy, nothing more."""
     return OwnershipError(f"job_id {job_id} is already used by another DAG, task or user; give this job another job_id")
+
+
+def service_principal_allowed(principal: str, dag_id: str, service_principals: Mapping[str, Sequence[str]]) -> bool:
+    """Whether a DAG may submit as ``principal`` (an explicit ``submitter``): only where the cluster
+    file lists the principal with a glob over DAG ids that matches ``dag_id``."""
+    return any(fnmatchcase(dag_id, pattern) for pattern in service_principals.get(principal, ()))
+
+
+def service_principal_refused(principal: str, dag_id: str) -> str:
+    """Why an explicit submitter was refused, and the remedy."""
+    return (
+        f"submitter {principal!r} is not allowed for DAG {dag_id!r}: an explicit submitter must be listed in the "
+        f"cluster file's federation.service_principals with a pattern matching the DAG id "
+        f"({{{principal!r}: [{dag_id!r}]}}); runs triggered by a logged-in user need no submitter"
+    )
 
 
 def received_job_key(requester: str, job_id: str) -> str:

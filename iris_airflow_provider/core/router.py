@@ -3,11 +3,18 @@
 Exactly the reference's ``PeerRouter.classify``, in this order:
 
 1. a pin (``target_cluster`` or ``cluster EQ``) queues for that peer, even when the job could run
-   locally; the pin is checked against configuration only, not against what the peer advertises;
+   locally; the pin is checked against configuration, not against what the peer advertises
+   (beyond the reference: unless that peer is reachable and every matching backend there reports
+   a total too small for the job's gate, see below);
 2. a job some local backend could host runs LOCAL;
 3. a job some reachable peer could host (one backend satisfying every routing constraint; any
    reachable peer when there are none) queues, with no peer chosen;
 4. anything else is rejected now instead of wedging in a queue.
+
+Beyond the reference, a gated job that no matching backend could ever hold (its gate exceeds the
+``total_amounts`` of every matching backend that reports totals, locally and on every reachable
+peer: :mod:`iris_airflow_provider.core.fit`) is rejected instead of queued, naming its need and
+the largest backend there is.
 
 Only root jobs federate: a child that would queue is refused, naming ``target_cluster`` on the root
 as the remedy. Placement is never decided here; the tick does that.
@@ -21,6 +28,7 @@ from enum import StrEnum
 
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
 from iris_airflow_provider.core.constraints import Advertised, Constraint, satisfies, satisfies_all
+from iris_airflow_provider.core.fit import never_fits
 from iris_airflow_provider.core.model import JobSpec
 
 
@@ -78,12 +86,27 @@ def classify(
             )
         if job.backend_pin:
             return Decision(Disposition.REJECT, reason=f"Job {job.job_id} pins both a backend and a cluster")
+        too_big = never_fits(
+            job.gate, job.routing, peers=peers, pinned_peer_id=pin, now_ms=now_ms, staleness_ms=staleness_ms
+        )
+        if too_big is not None:
+            return Decision(Disposition.REJECT, pinned_peer_id=pin, reason=too_big.reason(job.job_id))
         return _queue(job, pinned_peer_id=pin)
     hosts = local_backends_for(job, local_backends)
     if hosts:
         return Decision(Disposition.LOCAL, local_backend_id=hosts[0].backend_id)
     routing = job.routing
     if any(peer.is_reachable(now_ms, staleness_ms) and peer_can_host(peer, routing) for peer in peers):
+        too_big = never_fits(
+            job.gate,
+            routing,
+            peers=peers,
+            local_backends=[b for b in local_backends if not job.backend_pin or b.backend_id == job.backend_pin],
+            now_ms=now_ms,
+            staleness_ms=staleness_ms,
+        )
+        if too_big is not None:
+            return Decision(Disposition.REJECT, reason=too_big.reason(job.job_id))
         return _queue(job, pinned_peer_id="")
     return Decision(
         Disposition.REJECT,

@@ -1,16 +1,19 @@
 """``iris-federation simulate``: one JSON state in, the federation's decisions out.
 
-The input describes this cluster's local backends, the peers as last heartbeated, the jobs being
-submitted and the reservation ledger; the output gives each job's submit-time disposition, the
-promotions one tick would make, the exact pending reason of every job left queued (with an
-explanation), the expired jobs and the ledger after the tick. Pure: no clock, no I/O.
+The input describes this cluster's local backends, the peers as last heartbeated (each with the
+jobs this cluster already has in flight there, ``active_jobs``), the jobs being submitted, the
+reservation ledger and, optionally, how long a gated job waits before it may hold a backend
+(``reserve_after_ms``); the output gives each job's submit-time disposition, the promotions one
+tick would make, the exact pending reason of every job left queued (with an explanation), the
+expired jobs, the ledger after the tick and the backends held for starving jobs
+(``reservations``). Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, Strict, ValidationError, field_validator
 
 from iris_airflow_provider.core.availability import (
     LocalBackend,
@@ -32,12 +35,16 @@ from iris_airflow_provider.core.router import Disposition, classify
 from iris_airflow_provider.core.strict_model import StrictModel
 from iris_airflow_provider.core.wire import Amounts, AttributeValues, BackendSummary, amounts_validator
 
+Count = Annotated[int, Strict(), Field(ge=0)]  # JSON integers only: not "3", 3.0 or true
+
 
 class PeerIn(StrictModel):
     peer_id: str = Field(min_length=1)
     reachable: bool = True
     last_contact_ms: int = Field(ge=0)
     backends: list[BackendSummary] = Field(default_factory=list)
+    # Jobs this cluster already has in flight on the peer: ungated jobs spread by them.
+    active_jobs: Count = 0
 
     _unique_backends = field_validator("backends")(unique_by("backend_id"))
 
@@ -72,6 +79,8 @@ class LedgerRowIn(StrictModel):
 class SimulateInput(StrictModel):
     now_ms: int = Field(ge=0)
     max_handoffs_per_cycle: int = Field(default=DEFAULT_MAX_HANDOFFS_PER_CYCLE, ge=1)
+    # A gated job waiting longer than this holds the backend where it would fit soonest (null, 0: never).
+    reserve_after_ms: Count | None = None
     heartbeat_staleness_ms: int = Field(default=DEFAULT_HEARTBEAT_STALENESS_MS, ge=0)
     local_backends: list[LocalBackendIn] = Field(default_factory=list)
     peers: list[PeerIn] = Field(default_factory=list)
@@ -118,6 +127,8 @@ def simulate(document: Any, *, include_explanations: bool = True) -> dict[str, A
         now_ms=state.now_ms,
         max_per_peer=state.max_handoffs_per_cycle,
         staleness_ms=state.heartbeat_staleness_ms,
+        active_jobs={p.peer_id: p.active_jobs for p in state.peers},
+        reserve_after_ms=state.reserve_after_ms,
     )
     by_id = {c.job_id: c for c in candidates}
     pending: list[dict[str, Any]] = []
@@ -139,4 +150,5 @@ def simulate(document: Any, *, include_explanations: bool = True) -> dict[str, A
         "pending": pending,
         "expired": list(result.expired),
         "ledger": [row.to_wire() for row in result.ledger],
+        "reservations": [hold.to_wire() for hold in result.holds],
     }

@@ -9,6 +9,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+_SHOWN_UNKNOWN = 20
+_LONGEST_SHOWN = 64
+
 
 class StrictModel(BaseModel):
     """Frozen, and an unknown field is an error that lists the accepted ones."""
@@ -24,9 +27,11 @@ class StrictModel(BaseModel):
         if not isinstance(data, Mapping):
             return handler(data)
         accepted = [*cls.model_fields, *cls.input_only_keys]
-        unknown = sorted(str(k) for k in data if k not in accepted)
+        unknown = sorted(_shown(k) for k in data if k not in accepted)
         if not unknown:
             return handler(data)
+        if len(unknown) > _SHOWN_UNKNOWN:
+            unknown = [*unknown[:_SHOWN_UNKNOWN], f"and {len(unknown) - _SHOWN_UNKNOWN} more"]
         problems = [
             InitErrorDetails(
                 type=PydanticCustomError(
@@ -48,3 +53,10 @@ class StrictModel(BaseModel):
                 for e in error.errors()
             ]
         raise ValidationError.from_exception_data(cls.__name__, problems)
+
+
+def _shown(key: Any) -> str:
+    """An unknown field's name as the error shows it: as given when short and printable, else escaped
+    and cut (a name may hold anything, even a lone surrogate that cannot be printed at all)."""
+    name = str(key)
+    return name if name.isprintable() and len(name) <= _LONGEST_SHOWN else repr(name[:_LONGEST_SHOWN])

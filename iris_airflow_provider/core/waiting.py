@@ -2,8 +2,10 @@
 
 Builds on :func:`iris_airflow_provider.core.explain.explain` (peer by peer, backend by backend)
 with the job's place in the queue, the object-store paths each backend could not read, and a
-status: ``expiring`` (its deadline passed), ``placeable`` (the next tick promotes it) or
-``waiting``; ``changed`` when the job is no longer queued in the snapshot.
+status: ``expiring`` (its deadline passed), ``placeable`` (the next tick promotes it),
+``never_fits`` (no reachable backend could ever hold it: it stays queued, but waiting will not
+help), ``holding`` (it has waited long enough to hold a backend, and waits for it) or ``waiting``;
+``changed`` when the job is no longer queued in the snapshot.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def explain_waiting(spec: JobSpec, snapshot: PlacementSnapshot, rules: Placement
         how = " by reclaiming capacity held by lower bands" if promotion.preempts else ""
         summary = f"It fits now on {target}{how}: the next placement tick promotes it."
         return {"status": "placeable", "summary": summary, "explanation": explanation}
-    return {"status": "waiting", "summary": detail["summary"], "explanation": explanation}
+    status = "never_fits" if detail["never_fits"] else "holding" if "holding" in detail else "waiting"
+    return {"status": status, "summary": detail["summary"], "explanation": explanation}
 
 
 def mark_unreadable_paths(detail: dict[str, Any], spec: JobSpec, peers: Iterable[PeerState]) -> None:

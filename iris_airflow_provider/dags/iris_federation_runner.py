@@ -30,7 +30,8 @@ with DAG(
         job_id="{{ dag_run.conf['job_id'] }}",
         nonce="{{ dag_run.conf['nonce'] }}",
         poll_interval=2,
-        # Retrying the task only resumes watching the same incarnation: it never starts the job twice.
+        # Retrying the task only resumes watching the same incarnation: it never starts the job twice,
+        # and nothing done to the task (kill, reset, retry, clear, mark failed) ends the job.
         retries=3,
         retry_delay=timedelta(seconds=10),
     )

@@ -3,7 +3,8 @@
 A tick refreshes the peers' heartbeats, expires queued jobs past their deadline, runs the pure
 placement pass, applies its promotions by compare-and-set, delivers pending handoffs, pulls the
 state of jobs in flight and re-drives cancels. It also cancels jobs whose submitting task has
-failed (a task killed before its trigger ever ran has nobody else to cancel its job). It runs on
+failed: that is how marking a task failed cancels its job (the killed task wakes the tick), and how
+a job whose task failed for good after its worker was lost is stopped. It runs on
 a fixed period and, through an asset watched by ``FederationWakeTrigger``, whenever a job is
 queued or cancelled or jobs are in flight, so a queued job is promoted within seconds when
 capacity is free. One run at a time, no catchup.
@@ -47,9 +48,9 @@ with DAG(
     doc_md=__doc__,
     dagrun_timeout=timedelta(minutes=10),
 ):
-
-    @task(task_id="tick", retries=0)
-    def tick() -> dict[str, object]:
+    # No XCom: the placement DAG runs thousands of times a day; its report is in the task log.
+    @task(task_id="tick", retries=0, do_xcom_push=False)
+    def tick() -> None:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
         from iris_airflow_provider.hooks.runtime import get_federation
@@ -57,6 +58,6 @@ with DAG(
         def task_states(dag_id: str, run_ids: list[str], task_ids: list[str]) -> dict[str, dict[str, object]]:
             return RuntimeTaskInstance.get_task_states(dag_id=dag_id, run_ids=run_ids, task_ids=task_ids)
 
-        return get_federation(_conn_id).tick(task_states=task_states).to_dict()
+        get_federation(_conn_id).tick(task_states=task_states)
 
     tick()

@@ -17,6 +17,7 @@ from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_con
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
 from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.peer_auth import PeerAuthenticator
 from iris_airflow_provider.services.receiver import Receiver
 from iris_airflow_provider.store.records import JobRecord
 
@@ -59,19 +60,26 @@ _verifiers: dict[str, TokenVerifier] = {}
 
 
 def get_verifier() -> TokenVerifier:
-    """Checks the signed identity of clusters calling this one's peer API. Built once per cluster
-    file, like the federation itself, not on every request: keys are read and parsed here."""
+    """Checks the signed identity of clusters calling this one's peer API: their trusted keys, and
+    this cluster's name as the audience. Built once per cluster file, like the federation itself,
+    not on every request: keys are read and parsed here."""
     from iris_airflow_provider.peers.identity import read_pem
 
     path = cluster_config_path()
     with _lock:
         verifier = _verifiers.get(path)
         if verifier is None:
-            trusted = cluster_config().federation.trusted_peers
+            config = cluster_config()
+            trusted = config.federation.trusted_peers
             verifier = _verifiers[path] = TokenVerifier(
-                {name: read_pem(peer.public_key) for name, peer in trusted.items()}
+                config.name, {name: read_pem(peer.public_key) for name, peer in trusted.items()}
             )
         return verifier
+
+
+def get_peer_authenticator() -> PeerAuthenticator:
+    """The peer API's authentication: a verified token, used once (its jti recorded in the store)."""
+    return PeerAuthenticator(get_verifier(), get_federation().store)
 
 
 def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = None) -> Receiver:

@@ -4,14 +4,16 @@ The job is classified once: it runs on this cluster's backend (LOCAL), waits in 
 queue for a peer with free capacity (QUEUE), or fails now with the reason no backend or peer can
 host it (REJECT). Waiting happens in the triggerer (deferrable, the default) or on the worker.
 The job id is derived from the task instance, so a retry or a restarted worker reattaches to the
-job instead of submitting a second one (through Airflow 3.3's task state store as well).
+job instead of submitting a second one (through Airflow 3.3's task state store as well), and ends
+exactly as a first run would: with the job's result, or its failure. Killing the task does not
+cancel the job by itself (``cancel_on_kill``): a kill looks the same whether a user marked the task
+failed or its worker is going away, so the placement tick decides from the task's recorded state.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -23,9 +25,11 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
+from iris_airflow_provider.core import job_ids
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.orphans import submitter_kill_action
 from iris_airflow_provider.core.ownership import OwnershipError, check_namespace, qualified_job_id, user_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
@@ -48,7 +52,6 @@ WAIT_FOR = ("completion", "acceptance", "none")
 ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
 # Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
 DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
-_UNSAFE = re.compile(r"[\s/]+")
 
 
 def default_deferrable() -> bool:
@@ -66,7 +69,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     :param target_cluster: pin the job to this peer (templated); it queues there even when it
         could run locally.
     :param submitter: the accountable user for scheduled runs; REST and UI runs use the
-        triggering user. A job that would federate needs one.
+        triggering user. A job that would federate needs one. An explicit submitter must be allowed
+        for this DAG by the cluster file's ``federation.service_principals``, else the task fails
+        before anything is written.
     :param workdir: a directory whose files travel with the job into its working directory (the
         code it runs, small inputs); relative to the DAG file's folder; templated. The job's own
         ``files`` win over the directory's. Limits: those of ``files``.
@@ -75,6 +80,11 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     :param poll_interval: seconds between looks at the job while waiting.
     :param conn_id: the federation store's connection.
     :param deferrable: wait in the triggerer (default from ``[iris_federation] default_deferrable``).
+    :param cancel_on_kill: cancel the job whenever the task is killed, for whatever reason (a
+        worker shutting down too), on the worker or in the triggerer. Default False: a kill leaves
+        the job running, and the placement tick cancels it only once the task has failed (marked
+        failed, its DAG run marked failed, or out of retries), so a restarted worker, a retry or a
+        cleared task reattaches to it.
     """
 
     template_fields: Sequence[str] = ("job", "target_cluster", "submitter", "workdir")
@@ -94,6 +104,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         conn_id: str | None = None,
         deferrable: bool | None = None,
+        cancel_on_kill: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -109,7 +120,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         self.poll_interval = float(poll_interval)
         self.conn_id = conn_id or default_conn_id()
         self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.cancel_on_kill = cancel_on_kill
         self.job_id: str | None = None
+        self._announced: str | None = None  # the job whose ids this try has pushed to XCom
 
     # What to submit --------------------------------------------------------------------------------
 
@@ -153,22 +166,33 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         return path if path.is_absolute() or not fileloc else Path(fileloc).parent / path
 
     def derived_job_id(self, context: Context) -> str:
+        """``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``, made to pass the job id rule."""
         ti = context["ti"]
-        user = user_namespace(self.submitting_user(context))
         name = f"{ti.dag_id}.{ti.task_id}.{ti.run_id}"
         if getattr(ti, "map_index", -1) not in (-1, None):
             name += f".{ti.map_index}"
-        return f"/{user}/{_UNSAFE.sub('_', name)}"
+        return job_ids.derived_job_id(user_namespace(self.submitting_user(context)), name)
 
     # The resumable job -----------------------------------------------------------------------------
 
     def execute(self, context: Context) -> Any:
-        return self.execute_resumable(context)
+        result = self.execute_resumable(context)
+        if result is None:
+            # Reconnecting to a live job, ResumableJobMixin returns what poll_until_complete returns
+            # (nothing: it only waits), where a first run goes on to get_job_result. End the same way.
+            assert self.job_id is not None  # poll_until_complete set it
+            return self.get_job_result(self.job_id, context)
+        return result
 
     def submit_job(self, context: Context) -> str:
-        spec = self.job_spec(context)
         ti = context["ti"]
         federation = get_federation(self.conn_id)
+        try:
+            if self.submitter:  # the triggering user is always accepted; an explicit one only where allowed
+                federation.check_service_principal(self.submitter, ti.dag_id)
+        except IdentityError as error:
+            raise AirflowFailException(str(error)) from None
+        spec = self.job_spec(context)
         try:
             submitted = federation.submit(
                 spec,
@@ -189,10 +213,18 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             describe_record(submitted.job),
             job_url(spec.job_id),
         )
-        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=spec.job_id)
-        ti.xcom_push(key="disposition", value=decision.disposition.value)
-        ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(spec.job_id))  # visible while deferred
+        self._announce(submitted.job, context)
         return spec.job_id
+
+    def _announce(self, job: JobRecord, context: Context) -> None:
+        """Push the job's ids for this try (a new try starts with no XCom), once: a reconnecting try too."""
+        if self._announced == job.job_id:
+            return
+        ti = context["ti"]
+        ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.job_id)
+        ti.xcom_push(key="disposition", value=_disposition(job))
+        ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(job.job_id))  # visible while deferred
+        self._announced = job.job_id
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         job = get_federation(self.conn_id).store.get_job(str(external_id))
@@ -206,6 +238,13 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
 
     def poll_until_complete(self, external_id: Any, context: Context) -> None:
         self.job_id = job_id = str(external_id)
+        if self._announced != job_id:  # reconnecting: this try has not said which job it waits for
+            job = get_federation(self.conn_id).store.get_job(job_id)
+            if job is not None:
+                self.log.info(
+                    "Reattached to job %s: %s. Federation page: %s", job_id, describe_record(job), job_url(job_id)
+                )
+                self._announce(job, context)
         if self.wait_for == "none":
             return
         until = "completion" if self.wait_for == "completion" else "accepted"
@@ -216,7 +255,12 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
                 timeout = timedelta(milliseconds=max(0, deadline_ms - time.time() * 1000)) + DEFER_TIMEOUT_GRACE
             self.defer(
                 trigger=FederationJobTrigger(
-                    job_id, until=until, conn_id=self.conn_id, poll_interval=self.poll_interval, deadline_ms=deadline_ms
+                    job_id,
+                    until=until,
+                    conn_id=self.conn_id,
+                    poll_interval=self.poll_interval,
+                    deadline_ms=deadline_ms,
+                    kill_action=submitter_kill_action(self.cancel_on_kill),
                 ),
                 method_name="execute_complete",
                 timeout=timeout,
@@ -224,7 +268,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         self._wait_on_worker(job_id, until)
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
-        return self._finish(str(external_id))
+        return self._finish(str(external_id), context)
 
     # Resuming and finishing ------------------------------------------------------------------------
 
@@ -238,14 +282,16 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(event["message"])
         return self._finish(job_id)
 
-    def _finish(self, job_id: str) -> dict[str, Any]:
+    def _finish(self, job_id: str, context: Context | None = None) -> dict[str, Any]:
         store = get_federation(self.conn_id).store
         job = store.get_job(job_id)
         if job is None:
             raise AirflowException(f"Job {job_id} is not in the federation store")
+        if context is not None:
+            self._announce(job, context)  # a try that found its job already finished says which it was
         result = {
             "job_id": job.job_id,
-            "disposition": "local" if job.direction.value == "local" else "queue",
+            "disposition": _disposition(job),
             "peer_id": job.peer_id,
             "backend_id": job.backend_id,
             "state": job.state.value,
@@ -256,7 +302,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         }
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:
             return result
-        message = f"{describe_record(job)}"
+        message = describe_record(job)
+        if job.failed_replicas:
+            message += f" Failed: {job.failed_replicas}."
         if job.state is JobState.FAILED:
             raise AirflowException(message)  # a retry runs the job again, as a new incarnation
         raise AirflowFailException(message)  # cancelled, rejected or unschedulable: retrying will not help
@@ -290,9 +338,19 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         return int(started_ms + self.execution_timeout.total_seconds() * 1000)
 
     def on_kill(self) -> None:
+        """Airflow 3.3 calls this on SIGTERM, whoever sent it: the API server (through the supervisor's
+        heartbeat) after a user marked the task failed, success or cleared it, or the scheduler reset
+        it; the worker shutting down (the supervisor forwards its own SIGTERM); or execution_timeout.
+        Which it was shows only in the task's recorded state, so unless ``cancel_on_kill`` this
+        cancels nothing and asks the placement tick to check that state now (see ``core.orphans``)."""
         if self.job_id:
-            outcome = get_federation(self.conn_id).cancel(self.job_id)
-            self.log.info("Cancelled job %s because the task was killed (%s)", self.job_id, outcome)
+            self.log.info(
+                get_federation(self.conn_id).task_killed(self.job_id, submitter_kill_action(self.cancel_on_kill))
+            )
+
+
+def _disposition(job: JobRecord) -> str:
+    return "local" if job.direction.value == "local" else "queue"
 
 
 def describe_record(job: JobRecord) -> str:

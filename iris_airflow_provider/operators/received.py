@@ -1,8 +1,11 @@
 """``IrisReceivedJobOperator``: runs a job another cluster handed to this one, and waits for it.
 
 The peer API admitted and started the job; this task makes sure it is started (idempotently, by
-its incarnation), waits for it in the triggerer, and ends as the job ends. Killing the task
-cancels the job, which the parent then sees through sync.
+its incarnation), waits for it in the triggerer, and ends as the job ends. It is a mirror for this
+cluster's operators, never the job's owner: nothing that happens to the task or its run (a kill, a
+reset of an orphaned task, a retry, a clear, mark failed, a scheduler failing over) ends the job.
+Only the parent that handed it over ends it, or an operator here explicitly, with Cancel on the
+Federation page or ``iris-federation cancel``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import BaseOperator
 
+from iris_airflow_provider.core.orphans import KillAction, kill_message
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.operators.federated import describe_record
@@ -46,7 +50,9 @@ class IrisReceivedJobOperator(BaseOperator):
         if job.terminal:
             return self._finish()
         self.defer(
-            trigger=FederationJobTrigger(self.job_id, conn_id=self.conn_id, poll_interval=self.poll_interval),
+            trigger=FederationJobTrigger(
+                self.job_id, conn_id=self.conn_id, poll_interval=self.poll_interval, kill_action=KillAction.IGNORE
+            ),
             method_name="execute_complete",
         )
         return None
@@ -65,4 +71,4 @@ class IrisReceivedJobOperator(BaseOperator):
         raise AirflowFailException(describe_record(job))
 
     def on_kill(self) -> None:
-        get_federation(self.conn_id).cancel(self.job_id)
+        self.log.info(kill_message(KillAction.IGNORE, self.job_id))

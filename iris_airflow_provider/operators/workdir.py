@@ -12,7 +12,8 @@ import base64
 import os
 from pathlib import Path
 
-from iris_airflow_provider.core.model import BASE64_PREFIX, MAX_FILES, MAX_FILES_BYTES
+from iris_airflow_provider.core.job_files import BASE64_PREFIX
+from iris_airflow_provider.core.limits import MAX_FILES, MAX_FILES_BYTES
 
 SKIPPED_DIRECTORIES = frozenset(
     {

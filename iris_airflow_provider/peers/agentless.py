@@ -18,17 +18,19 @@ from iris_airflow_provider.core.availability import PeerBackend
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult, Termination
+from iris_airflow_provider.peers.identity import submitter_admitted
 
 
 class AgentlessPeer:
     kind = "agentless"
     address = ""
 
-    def __init__(self, peer_id: str, backends: Sequence[Backend]) -> None:
+    def __init__(self, peer_id: str, backends: Sequence[Backend], *, allowed_submitters: Sequence[str] = ()) -> None:
         if not backends:
             raise ValueError(f"peer {peer_id} needs at least one backend")
         self.peer_id = peer_id
         self.backends = {backend.backend_id: backend for backend in backends}
+        self.allowed_submitters = list(allowed_submitters)
 
     def heartbeat(self) -> list[PeerBackend]:
         try:
@@ -48,6 +50,13 @@ class AgentlessPeer:
         return next(iter(self.backends.values()))
 
     def deliver(self, handoff: Handoff) -> JobReport:
+        # The admission an Airflow peer applies to itself; with no agent there, the parent applies it.
+        if not submitter_admitted(self.allowed_submitters, handoff.submitting_user):
+            raise PeerError(
+                PeerErrorCode.PERMISSION_DENIED,
+                f"Submitter {handoff.submitting_user!r} is not admitted for federation to this cluster "
+                f"(allowed_submitters of peer {self.peer_id} in the cluster file)",
+            )
         backend = self._backend_for(handoff)
         submission = projected(handoff, Submission)
         try:

@@ -15,6 +15,7 @@ class PeerErrorCode(StrEnum):
     ALREADY_EXISTS = "already_exists"
     PERMISSION_DENIED = "permission_denied"
     INVALID_ARGUMENT = "invalid_argument"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
     NOT_FOUND = "not_found"
     UNAUTHENTICATED = "unauthenticated"
     UNAVAILABLE = "unavailable"
@@ -26,7 +27,12 @@ class PeerErrorCode(StrEnum):
 # message. Everything else (unavailable, unauthenticated: keys and clocks can be fixed; unknown)
 # is retried with backoff.
 TERMINAL_HANDOFF_CODES = frozenset(
-    {PeerErrorCode.ALREADY_EXISTS, PeerErrorCode.PERMISSION_DENIED, PeerErrorCode.INVALID_ARGUMENT}
+    {
+        PeerErrorCode.ALREADY_EXISTS,
+        PeerErrorCode.PERMISSION_DENIED,
+        PeerErrorCode.INVALID_ARGUMENT,
+        PeerErrorCode.PAYLOAD_TOO_LARGE,
+    }
 )
 # Answers that say "not here, but maybe elsewhere": the job goes back to the queue and avoids this
 # peer for a while (the reference kills it, or retries the same peer forever).

@@ -1,39 +1,61 @@
 """The peer HTTP API (``/iris/federation/v1``), served by the provider's plugin in the api-server.
 
 Airflow does not protect plugin endpoints, so every call authenticates itself: an EdDSA-signed
-token minted by the calling cluster, verified against the public keys this cluster configured
-for its trusted peers (``federation.trusted_peers``). A peer may only read, sync and cancel the
-jobs it handed off. Errors are JSON ``{"code", "message"}`` with a matching HTTP status.
+token minted by the calling cluster for this cluster, verified against the public keys this
+cluster configured for its trusted peers (``federation.trusted_peers``), and used once. A peer may
+only read, sync and cancel the jobs it handed off.
+
+Nothing is read before the caller is authenticated: the routes declare no body, so FastAPI does
+not read one; each route authenticates, then reads its body up to its limit (``BODY_LIMITS``:
+a handoff carries workdir files, a sync or a terminate a few ids) and parses it. The OpenAPI
+document is served to authenticated peers only (``/openapi.json``), and there is no ``/docs``
+page. Errors are JSON ``{"code", "message"}`` with a matching HTTP status: bad input is a 400
+naming the field, an over-long body a 413, never a 500.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
+from iris_airflow_provider.backends.base import MalformedCursorError
+from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
-from iris_airflow_provider.peers.identity import UnauthenticatedError
 from iris_airflow_provider.peers.wire import (
+    BODY_LIMITS,
+    MAX_LOG_LINES,
     STATUS_OF,
     BackendsResponse,
     ErrorBody,
     HandoffRequest,
     HandoffResponse,
+    JobIdText,
     JobStatus,
+    LogCursor,
     LogsResponse,
     SyncRequest,
     SyncResponse,
     TerminateRequest,
 )
+from iris_airflow_provider.plugins.request_body import BodyTooLargeError, documented_body, read_body
 from iris_airflow_provider.services.receiver import Receiver
 
 app = FastAPI(
     title="Iris federation peer API",
     description="Heartbeat, handoff, sync, terminate and logs between federated Airflow deployments.",
     version="1",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,  # served below, to authenticated peers only
 )
+
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def receiver() -> Receiver:
@@ -44,22 +66,73 @@ def receiver() -> Receiver:
 
 
 def caller(authorization: Annotated[str | None, Header()] = None) -> str:
-    from iris_airflow_provider.hooks.runtime import get_verifier
+    from iris_airflow_provider.hooks.runtime import get_peer_authenticator
 
-    try:
-        return get_verifier().verify(authorization)
-    except UnauthenticatedError as error:
-        raise PeerError(PeerErrorCode.UNAUTHENTICATED, str(error)) from None
+    return get_peer_authenticator().authenticate(authorization)
 
 
 Caller = Annotated[str, Depends(caller)]
 ReceiverDep = Annotated[Receiver, Depends(receiver)]
 
 
+def json_body(model: type[Body], path: str) -> Callable[..., Awaitable[Body]]:
+    """A dependency reading the body of ``path`` as ``model``, once the caller is authenticated."""
+
+    async def read(_peer: Caller, request: Request) -> Body:
+        raw = await read_body(request, BODY_LIMITS[path])
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as error:
+            raise PeerError(PeerErrorCode.INVALID_ARGUMENT, _problems(error, "body")) from None
+
+    return read
+
+
+def _problems(error: ValidationError, prefix: str = "") -> str:
+    return "; ".join(str(problem) for problem in SpecError.from_validation_error(error, prefix).problems[:5])
+
+
+def _error(code: PeerErrorCode, message: str) -> JSONResponse:
+    body = ErrorBody(code=code, message=message)
+    return JSONResponse(status_code=STATUS_OF[code], content=body.model_dump(mode="json"))
+
+
 @app.exception_handler(PeerError)
 async def _peer_error(_request: Request, error: PeerError) -> JSONResponse:
-    body = ErrorBody(code=error.code, message=error.message)
-    return JSONResponse(status_code=STATUS_OF[error.code], content=body.model_dump(mode="json"))
+    return _error(error.code, error.message)
+
+
+@app.exception_handler(RequestValidationError)
+async def _invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
+    """A bad query parameter: ``job_id: must not contain control characters``, a 400."""
+    # FastAPI locates a parameter as ("query", "job_id"): name the parameter alone.
+    located = [{**problem, "loc": tuple(problem.get("loc", ()))[1:]} for problem in error.errors()]
+    problems = SpecError.from_errors(located).problems[:5]
+    return _error(PeerErrorCode.INVALID_ARGUMENT, "; ".join(str(problem) for problem in problems))
+
+
+@app.exception_handler(HTTPException)
+async def _http(_request: Request, error: HTTPException) -> JSONResponse:
+    """Starlette's own refusals (an unknown path, a wrong method) in this API's error shape."""
+    code = PeerErrorCode.NOT_FOUND if error.status_code == 404 else PeerErrorCode.INVALID_ARGUMENT
+    body = ErrorBody(code=code, message=str(error.detail))
+    return JSONResponse(status_code=error.status_code, content=body.model_dump(mode="json"), headers=error.headers)
+
+
+@app.exception_handler(BodyTooLargeError)
+async def _too_large(_request: Request, error: BodyTooLargeError) -> JSONResponse:
+    return _error(PeerErrorCode.PAYLOAD_TOO_LARGE, str(error))
+
+
+@app.exception_handler(MalformedCursorError)
+async def _bad_cursor(_request: Request, error: MalformedCursorError) -> JSONResponse:
+    return _error(PeerErrorCode.INVALID_ARGUMENT, str(error))
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi(_caller: Caller) -> dict[str, Any]:
+    """This API's OpenAPI document, for a peer (or a fuzzer holding a peer's key)."""
+    return app.openapi()
 
 
 @app.get("/backends")
@@ -68,20 +141,25 @@ def backends(_caller: Caller, receiving: ReceiverDep) -> BackendsResponse:
     return receiving.describe()
 
 
-@app.post("/handoffs")
-def handoff(request: HandoffRequest, peer: Caller, receiving: ReceiverDep) -> HandoffResponse:
+HandoffBody = Annotated[HandoffRequest, Depends(json_body(HandoffRequest, "/handoffs"))]
+SyncBody = Annotated[SyncRequest, Depends(json_body(SyncRequest, "/sync"))]
+TerminateBody = Annotated[TerminateRequest, Depends(json_body(TerminateRequest, "/terminate"))]
+
+
+@app.post("/handoffs", openapi_extra=documented_body(HandoffRequest))
+def handoff(request: HandoffBody, peer: Caller, receiving: ReceiverDep) -> HandoffResponse:
     """Admit a whole root job under the parent's job id (idempotent by requester and nonce)."""
     return receiving.handoff(peer, request)
 
 
-@app.post("/sync")
-def sync(request: SyncRequest, peer: Caller, receiving: ReceiverDep) -> SyncResponse:
+@app.post("/sync", openapi_extra=documented_body(SyncRequest))
+def sync(request: SyncBody, peer: Caller, receiving: ReceiverDep) -> SyncResponse:
     """What changed on the caller's jobs since ``cursor`` (everything when the cursor is stale)."""
     return receiving.sync(peer, request.cursor)
 
 
-@app.post("/terminate")
-def terminate(request: TerminateRequest, peer: Caller, receiving: ReceiverDep) -> JobStatus:
+@app.post("/terminate", openapi_extra=documented_body(TerminateRequest))
+def terminate(request: TerminateBody, peer: Caller, receiving: ReceiverDep) -> JobStatus:
     """Cancel a job the caller handed off (only incarnation ``nonce``, when given); a finished one is re-reported."""
     return receiving.terminate(peer, request.job_id, request.nonce)
 
@@ -90,9 +168,9 @@ def terminate(request: TerminateRequest, peer: Caller, receiving: ReceiverDep) -
 def logs(
     peer: Caller,
     receiving: ReceiverDep,
-    job_id: Annotated[str, Query(min_length=1)],
-    cursor: str = "",
-    max_lines: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    job_id: Annotated[JobIdText, Query()],
+    cursor: Annotated[LogCursor, Query()] = "",
+    max_lines: Annotated[int, Query(ge=1, le=MAX_LOG_LINES)] = 1000,
 ) -> LogsResponse:
     """New output lines of a job the caller handed off, after ``cursor``."""
     return receiving.logs(peer, job_id, cursor, max_lines)

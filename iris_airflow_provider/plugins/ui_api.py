@@ -14,9 +14,16 @@ signs in with (the page; it is HttpOnly, so the page cannot read it and the brow
 Authorization is Airflow's auth manager's, per job, on the DAG it belongs to
 (:func:`~iris_airflow_provider.plugins.job_documents.job_dag`): reading needs ``GET`` on the DAG's task
 instances, cancelling ``PUT`` (what marking its task failed needs). A job with no DAG needs the
-same on all DAGs. A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
+same on all DAGs, asked DAG by DAG. A job the caller may not read is answered exactly as a job that
+does not exist (404), so its id's existence is not disclosed either.
+A cookie-authenticated cancel must also carry the ``X-Iris-Federation`` header,
 which a cross-site form cannot send (CSRF). Errors are ``{"detail": "<message>"}``; a bad
-parameter is a 422 whose message starts with the parameter's name.
+parameter (out of range, unknown, or holding a control character such as NUL) is a 422 whose
+message starts with the parameter's name, never a 500.
+
+No route takes a body (cancel's job id is a query parameter), so nothing is read before the caller
+is authenticated. The API's description is for signed-in users only: ``openapi.json`` and the
+``docs`` page need the same Airflow token or cookie as the API.
 """
 
 from __future__ import annotations
@@ -29,10 +36,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from iris_airflow_provider.backends.base import now_ms
+from iris_airflow_provider.core.characters import Printable
+from iris_airflow_provider.core.job_ids import JobKey as ValidJobId
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.plugins.job_documents import job_dag
@@ -63,6 +73,9 @@ app = FastAPI(
     title="Iris federation UI API",
     description="Peers, jobs, explanations and cancel for the Federation page and scripts (Airflow token required).",
     version="1",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,  # served below, to signed-in users only
 )
 app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -92,13 +105,21 @@ class Caller:
 
     def may(self, method: Method, dag_id: str | None) -> bool:
         """Whether the auth manager lets this user act (``GET``/``PUT``) on task instances of ``dag_id``
-        (``None``: of every DAG)."""
+        (``None``: of every DAG).
+
+        Every DAG is asked one by one: what a question naming no DAG means is the auth manager's
+        to decide, and FAB's answers whether the user may act on *some* DAG (a user allowed on
+        one DAG would pass it and see every job).
+        """
         key = (method, dag_id)
         if key not in self._decisions:
+            if dag_id is None:
+                self._decisions[key] = all(self.may(method, each) for each in _every_dag_id())
+                return self._decisions[key]
             from airflow.api_fastapi.app import get_auth_manager
             from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-            details = DagDetails(id=dag_id, team_name=_team_of(dag_id)) if dag_id else None
+            details = DagDetails(id=dag_id, team_name=_team_of(dag_id))
             self._decisions[key] = bool(
                 get_auth_manager().is_authorized_dag(
                     method=method, access_entity=DagAccessEntity.TASK_INSTANCE, details=details, user=self.user
@@ -122,6 +143,17 @@ class Caller:
         from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
 
         return bool(get_auth_manager().is_authorized_view(access_view=AccessView.CLUSTER_ACTIVITY, user=self.user))
+
+
+def _every_dag_id() -> set[str]:
+    """Every DAG this deployment knows (from Airflow's database, which the api-server reads), and the
+    runner DAG of received jobs, so the set is never empty."""
+    import sqlalchemy as sa
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {RUNNER_DAG_ID, *session.scalars(sa.select(DagModel.dag_id))}
 
 
 def _team_of(dag_id: str) -> str | None:
@@ -171,17 +203,16 @@ def federation() -> Federation:
 
 
 FederationDep = Annotated[Federation, Depends(federation)]
-JobId = Annotated[
-    str, Query(min_length=1, max_length=1000, description="the job id, e.g. /alice/train.run.manual__...")
-]
+JobId = Annotated[ValidJobId, Query(description="the job id, e.g. /alice/train.run.manual__...")]
 
 
 def _job(fed: Federation, job_id: str, who: Caller, method: Method) -> JobRecord:
     job = fed.store.get_job(job_id)
+    if job is not None and not who.may_job("GET", job):
+        log.info("Federation page: %s may not read job %s; answered as not found", who.name, job_id)
+        job = None  # the same answer as for an id nobody uses: nothing says whether the job exists
     if job is None:
         raise HTTPException(404, f"Job {job_id} not found")
-    if not who.may_job("GET", job):
-        raise HTTPException(403, f"{who.name} may not read job {job_id}")
     if method != "GET" and not who.may_job(method, job):
         dag = job_dag(job)
         where = f"DAG {dag}" if dag else "every DAG (the job has none)"
@@ -202,6 +233,18 @@ def _enum_list(name: str, raw: list[str] | None, enum: type[JobState] | type[Dir
 # Endpoints ---------------------------------------------------------------------------------------------
 
 
+@app.get("/openapi.json", include_in_schema=False)
+def openapi(_who: CallerDep) -> dict[str, Any]:
+    return app.openapi()
+
+
+@app.get("/docs", include_in_schema=False)
+def docs(_who: CallerDep, request: Request) -> HTMLResponse:
+    """The API's Swagger page; it fetches ``openapi.json`` with the same sign-in (the UI's cookie)."""
+    root = request.scope.get("root_path", "").rstrip("/")
+    return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{app.title} - docs")
+
+
 @app.get("/api/peers")
 def peers(who: CallerDep, fed: FederationDep) -> dict[str, Any]:
     """Reachability, heartbeat age, advertised attributes and capacity of every peer and local backend."""
@@ -218,16 +261,17 @@ def jobs(
     fed: FederationDep,
     state: Annotated[list[str] | None, Query(description="job states, repeated or comma-separated")] = None,
     direction: Annotated[list[str] | None, Query(description="local, sent or received")] = None,
-    peer: Annotated[str | None, Query(max_length=200, description="peer id ('' for none)")] = None,
-    submitter: Annotated[str | None, Query(max_length=300)] = None,
-    dag_id: Annotated[str | None, Query(max_length=250)] = None,
-    q: Annotated[str | None, Query(max_length=200, description="part of the job id")] = None,
+    peer: Annotated[Printable | None, Query(max_length=200, description="peer id ('' for none)")] = None,
+    submitter: Annotated[Printable | None, Query(max_length=300)] = None,
+    dag_id: Annotated[Printable | None, Query(max_length=250)] = None,
+    q: Annotated[Printable | None, Query(max_length=200, description="part of the job id")] = None,
     active: Annotated[bool | None, Query(description="true: not finished; false: finished")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> dict[str, Any]:
     """The jobs the caller may read, newest first, one page at a time."""
     from iris_airflow_provider.plugins.job_documents import job_row_document
+    from iris_airflow_provider.services.job_views import never_fitting
 
     job_filter = JobFilter(
         states=_enum_list("state", state, JobState),
@@ -243,10 +287,12 @@ def jobs(
     page = queries.list_jobs(job_filter, scope, limit=limit, offset=offset)
     facets = queries.facets(scope)
     now = now_ms()
+    never = never_fitting(fed, page.jobs, now)
     rows = []
     for job in page.jobs:
         row = job_row_document(job, now)
         row["can_cancel"] = not job.terminal and who.may_job("PUT", job)
+        row["never_fits"] = job.job_id in never
         rows.append(row)
     return {
         "jobs": rows,

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseSensorOperator
 
+from iris_airflow_provider.core.job_ids import JobIdError, check_job_id
+from iris_airflow_provider.core.orphans import KillAction
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
@@ -70,6 +72,10 @@ class IrisFederatedJobSensor(BaseSensorOperator):
         return reached(snapshot_of(job), self.until)
 
     def execute(self, context: Context) -> Any:
+        try:
+            check_job_id(self.job_id)  # rendered now: the rule every job id entering the federation meets
+        except JobIdError as error:
+            raise AirflowFailException(f"Invalid job_id: {error}") from None
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
         context["ti"].xcom_push(key=FederationJobLink().xcom_key, value=job_url(self.job_id))
         if not self.deferrable:
@@ -82,7 +88,7 @@ class IrisFederatedJobSensor(BaseSensorOperator):
                 until=self.until,
                 conn_id=self.conn_id,
                 poll_interval=self.poll_interval,
-                cancel_on_kill=False,
+                kill_action=KillAction.IGNORE,  # it only watches: the job is not its to end
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout or (None if self.timeout is None else _seconds(self.timeout)),

@@ -15,6 +15,8 @@ from iris_airflow_provider.backends.base import Backend, now_ms
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
 from iris_airflow_provider.core.handoff_policy import RequeueRules
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.orphans import KillAction
+from iris_airflow_provider.core.ownership import service_principal_allowed, service_principal_refused
 from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
@@ -24,11 +26,11 @@ from iris_airflow_provider.services.delivery import Delivery
 from iris_airflow_provider.services.heartbeat import Heartbeats
 from iris_airflow_provider.services.lost_peers import LostPeers
 from iris_airflow_provider.services.mirror import Mirror
-from iris_airflow_provider.services.orphans import TaskStates
+from iris_airflow_provider.services.orphans import TaskStates, task_killed
 from iris_airflow_provider.services.placement import Placement, queued_candidates
 from iris_airflow_provider.services.runners import Runners
 from iris_airflow_provider.services.settings import ClusterSettings
-from iris_airflow_provider.services.submit import Submitted, Submitter
+from iris_airflow_provider.services.submit import IdentityError, Submitted, Submitter
 from iris_airflow_provider.services.tick import Tick, TickReport
 from iris_airflow_provider.services.withdrawals import Withdrawals
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
@@ -117,6 +119,7 @@ class Federation:
             lost_peers=self.lost_peers,
             withdrawals=self.withdrawals,
             timeout_s=settings.heartbeat_timeout_seconds,
+            retention_ms=int(config.retention_days * 86_400_000),
         )
 
     @property
@@ -125,7 +128,11 @@ class Federation:
 
     @property
     def placement_rules(self) -> PlacementRules:
-        return PlacementRules(max_per_peer=self.settings.max_handoffs_per_cycle, staleness_ms=self.staleness_ms)
+        return PlacementRules(
+            max_per_peer=self.settings.max_handoffs_per_cycle,
+            staleness_ms=self.staleness_ms,
+            reserve_after_ms=int(self.settings.reserve_after_seconds * 1000) or None,
+        )
 
     # Submit ------------------------------------------------------------------------------------
 
@@ -150,6 +157,11 @@ class Federation:
     def classify(self, spec: JobSpec) -> Decision:
         return self.submitter.classify(spec)
 
+    def check_service_principal(self, principal: str, dag_id: str) -> None:
+        """Refuse an explicit submitter the cluster file does not allow for ``dag_id`` (IdentityError)."""
+        if not service_principal_allowed(principal, dag_id, self.config.federation.service_principals):
+            raise IdentityError(service_principal_refused(principal, dag_id))
+
     def submit(
         self, spec: JobSpec, *, submitting_user: str, origin: Origin | None = None, owner_principal: str = ""
     ) -> Submitted:
@@ -165,14 +177,19 @@ class Federation:
     def cancel(self, job_id: str) -> CancelOutcome:
         return self.cancels.cancel(job_id)
 
+    def task_killed(self, job_id: str, action: KillAction) -> str:
+        """The task waiting on ``job_id`` was killed: cancel the job, ask the tick to check the
+        task's state now, or nothing, as ``action`` says; returns what the task log should say."""
+        return task_killed(self.store, self.cancels.cancel, job_id, action, self.clock())
+
     # The tick ----------------------------------------------------------------------------------
 
     def tick(self, *, task_states: TaskStates | None = None) -> TickReport:
         """Heartbeats, expiry, placement, delivery, status sync, cancel re-drive: one pass of each.
 
         With ``task_states`` (Airflow's view of the tasks that submitted jobs), jobs whose task has
-        failed are cancelled first: a safety net for a task killed before its trigger ever ran,
-        whose job would otherwise wait, and maybe run, with nobody waiting for it.
+        failed are cancelled first: nobody will reattach to them (a user marked the task or its run
+        failed, or it failed for good after its worker was lost). A kill alone never decides that.
         """
         return self._tick.run(task_states)
 

@@ -33,7 +33,9 @@ class Heartbeats:
         return outcome
 
     def record(self, peers: Mapping[str, Peer]) -> dict[str, str]:
-        """Ask each peer for its backends and store the answer (or that it did not answer)."""
+        """Ask each peer for its backends and store the answer (or that it did not answer), with when
+        it was asked: every number in an answer was measured after that (see core/reservations.py)."""
+        asked = self.clock()
         results = each_peer(peers, lambda peer: peer.heartbeat(), self.timeout_s)
         now = self.clock()
         outcome = {}
@@ -42,7 +44,7 @@ class Heartbeats:
                 self.store.record_heartbeat(peer_id, now, None, error=str(result))
                 outcome[peer_id] = str(result)
             else:
-                self.store.record_heartbeat(peer_id, now, result)
+                self.store.record_heartbeat(peer_id, now, result, asked_at_ms=asked)
                 outcome[peer_id] = "ok"
         return outcome
 

@@ -7,16 +7,17 @@ the Airflow surface (``plugins/job_documents.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
+from iris_airflow_provider.core.fit import never_fits
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.core.waiting import explain_waiting
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.services.placement import placement_snapshot
-from iris_airflow_provider.store.records import JobRecord, current_incarnation, pending_reason_history
+from iris_airflow_provider.store.records import JobRecord, current_incarnation, pending_reason_history, replica_values
 from iris_airflow_provider.store.schema import job_logs
 
 OUTPUT_TAIL_LINES = 100
@@ -110,6 +111,7 @@ def job_details(federation: Federation, job: JobRecord, now_ms: int) -> dict[str
             for e in events
         ],
         pending_reasons=pending_reason_history(job.direction, events),
+        replicas=replica_values(job.replicas),
         output_tail=output_tail(federation, job),
     )
     return details
@@ -156,3 +158,30 @@ def job_explanation(federation: Federation, job: JobRecord, now_ms: int) -> dict
         return {**base, "status": "on_peer", "summary": summary}
     inputs = placement_snapshot(federation.store, federation.peers, now_ms)
     return {**base, **explain_waiting(job.job_spec, inputs.snapshot, federation.placement_rules)}
+
+
+def never_fitting(federation: Federation, jobs: Iterable[JobRecord], now_ms: int) -> set[str]:
+    """The queued jobs among ``jobs`` that no reachable backend could ever hold (their totals are all
+    too small): they stay queued, and the Federation page marks them."""
+    queued = [
+        job
+        for job in jobs
+        if job.direction is Direction.SENT and job.handoff_state is HandoffState.QUEUED and not job.terminal
+    ]
+    if not queued:
+        return set()
+    peers = federation.heartbeats.configured_states()
+    out = set()
+    for job in queued:
+        spec = job.job_spec
+        too_big = never_fits(
+            spec.gate,
+            spec.routing,
+            peers=peers,
+            pinned_peer_id=spec.pin,
+            now_ms=now_ms,
+            staleness_ms=federation.staleness_ms,
+        )
+        if too_big is not None:
+            out.add(job.job_id)
+    return out

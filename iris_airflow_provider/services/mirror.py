@@ -138,7 +138,7 @@ class Mirror:
     def relay(self, job: JobRecord, read: LogReader) -> None:
         try:
             chunk = read(job)
-        except (PeerError, OSError, ValueError) as error:  # ValueError: a malformed answer (pydantic's too)
+        except (PeerError, OSError, ValueError) as error:  # ValueError: a local backend's unreadable cursor
             log.info("Could not relay output of %s this tick: %s", job.job_id, error)
             return
         if chunk.lines or chunk.next_cursor != job.log_cursor:

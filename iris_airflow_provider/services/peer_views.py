@@ -18,9 +18,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from iris_airflow_provider.backends.base import Backend
+from iris_airflow_provider.core import reservations
 from iris_airflow_provider.core.availability import PeerBackend
-from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.holds import holding_text
+from iris_airflow_provider.core.ledger import BackendKey
 from iris_airflow_provider.core.peer_loss import peer_is_lost
+from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.queries import ActiveCount, MonitoringQueries
@@ -81,7 +84,8 @@ def _peer_entries(
 ) -> list[dict[str, Any]]:
     staleness_ms = federation.staleness_ms
     records = {record.peer_id: record for record in federation.store.peers()}
-    ledger = {entry.key: entry for entry in federation.store.ledger()}
+    reserving = reservations.in_force(federation.store.in_flight_handoffs(), federation.store.peer_states())
+    holds = _holds_by_backend(federation, now_ms)
     leftovers: dict[str, int] = defaultdict(int)  # incarnations to terminate there once it answers
     for handoff in federation.store.abandoned_handoffs():
         leftovers[handoff.peer_id] += 1
@@ -120,8 +124,8 @@ def _peer_entries(
                             b.availability,
                             counts.get((Direction.SENT, peer.peer_id, b.backend_id), {}),
                         ),
-                        ledger.get((peer.peer_id, b.backend_id)),
-                        b.observation_epoch_ms,
+                        reserving.get((peer.peer_id, b.backend_id), []),
+                        holds.get((peer.peer_id, b.backend_id)),
                     )
                     for b in backends
                 ],
@@ -160,12 +164,33 @@ def _backend_capacity(backend: Backend, now_ms: int) -> PeerBackend:
     return capacity
 
 
-def _with_reserved(entry: dict[str, Any], ledger: LedgerEntry | None, observed_ms: int | None) -> dict[str, Any]:
-    """What placement already promoted against this observation: the advertised free amount is not
-    spent again until the peer reports a newer one, so the page shows it beside the meter."""
-    current = ledger is not None and observed_ms is not None and ledger.observation_epoch_ms == observed_ms
-    entry["reserved"] = dict(ledger.reserved) if current and ledger is not None else {}
+def _with_reserved(entry: dict[str, Any], reserving: list[InFlight], hold: dict[str, Any] | None) -> dict[str, Any]:
+    """What placement does not offer again on this backend: capacity reserved for jobs handed off
+    and not yet running there (until the peer's reports show them), and a hold for a starving job."""
+    amounts = reservations.reserved_amounts(reserving)
+    entry["reserved"] = amounts
+    entry["reserved_jobs"] = [job.job_id for job in reserving]
+    entry["reserved_note"] = reservations.reserved_note(amounts, len(reserving)) if amounts else ""
+    entry["held_for"] = hold
     return entry
+
+
+def _holds_by_backend(federation: Federation, now_ms: int) -> dict[BackendKey, dict[str, Any]]:
+    """The starving job holding each backend (as the last tick left them), with how long it has waited."""
+    held = federation.store.capacity_holds()
+    jobs = federation.store.get_jobs(held)
+    out = {}
+    for job_id, (peer_id, backend_id) in held.items():
+        job = jobs.get(job_id)
+        if job is None or job.terminal:
+            continue
+        waited_ms = max(0, now_ms - job.submitted_at_ms)
+        out[(peer_id, backend_id)] = {
+            "job_id": job_id,
+            "waiting_ms": waited_ms,
+            "text": holding_text(peer_id, backend_id, job_id, waited_ms),
+        }
+    return out
 
 
 def _count(counts: Counts, row: ActiveCount) -> None:

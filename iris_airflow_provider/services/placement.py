@@ -1,8 +1,10 @@
 """The placement step of the tick, and the one place its inputs are read from the store.
 
 :func:`placement_snapshot` assembles what the pure placement pass reads (queued jobs as candidates,
-the configured peers as last heartbeated, the ledger, the time); the tick places from it and a
-pending job's explanation (:mod:`iris_airflow_provider.services.job_views`) replays it.
+the configured peers as last heartbeated, the jobs in flight on them, last tick's holds, the time);
+the tick places from it and a pending job's explanation
+(:mod:`iris_airflow_provider.services.job_views`) replays it. Placing applies the pass's promotions
+by compare-and-set and saves its holds (conditionally: only for jobs still queued).
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ def placement_snapshot(store: PlacementStore, peer_ids: Iterable[str], now_ms: i
     snapshot = PlacementSnapshot(
         candidates=tuple(queued_candidates(store, queued.values(), now_ms)),
         peers=tuple(configured_peer_states(store, peer_ids)),
-        ledger=tuple(store.ledger()),
+        ledger=(),
         now_ms=now_ms,
+        in_flight=tuple(store.in_flight_handoffs()),
+        holds=store.capacity_holds(),
     )
     return PlacementInputs(queued, snapshot)
 
@@ -67,6 +71,7 @@ def placement_snapshot(store: PlacementStore, peer_ids: Iterable[str], now_ms: i
 class Placed:
     promoted: list[str]  # "job->peer/backend"
     pending: int
+    holding: list[str]  # "peer/backend for job"
 
 
 class Placement:
@@ -91,10 +96,15 @@ class Placement:
         promoted = [f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in confirmed]
         if confirmed:
             log.info("Federation: promoted %d queued job(s): %s", len(confirmed), ", ".join(promoted))
+        saved = self.store.save_holds(result.holds, self.clock())
+        holding = [f"{peer_id}/{backend_id} for {job_id}" for job_id, (peer_id, backend_id) in sorted(saved.items())]
+        for hold in result.holds:
+            if hold.job_id in saved and inputs.snapshot.holds.get(hold.job_id) != hold.key:
+                log.info("Federation: %s: nothing behind it in the queue is placed there until it is", hold.text())
         advertised = {(p.peer_id, b.backend_id): b.advertised for p in inputs.snapshot.peers for b in p.backends}
         for promotion in confirmed:
             self._flag_unreadable_paths(inputs.queued[promotion.job_id], promotion, advertised)
-        return Placed(promoted, len(result.pending))
+        return Placed(promoted, len(result.pending), holding)
 
     def _flag_unreadable_paths(
         self, job: JobRecord, promotion: Promotion, advertised: Mapping[tuple[str, str], Mapping[str, Any]]

@@ -10,13 +10,15 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
+from iris_airflow_provider.core.holds import Hold
 from iris_airflow_provider.core.job_report import JobReport
-from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.ledger import BackendKey
 from iris_airflow_provider.core.peer_loss import LostDecision
 from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store.records import CancelOutcome, HandoffRefusal, JobRecord, NewIncarnation, PeerRecord
-from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome
+from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome, TokenUse
 
 
 class JobReads(Protocol):
@@ -49,7 +51,13 @@ class HeartbeatStore(PeerStateReads, Protocol):
     """Peers as last heard from."""
 
     def record_heartbeat(
-        self, peer_id: str, now_ms: int, backends: Sequence[PeerBackend] | None, *, error: str = ""
+        self,
+        peer_id: str,
+        now_ms: int,
+        backends: Sequence[PeerBackend] | None,
+        *,
+        error: str = "",
+        asked_at_ms: int | None = None,
     ) -> None: ...
 
     def forget_peers(self, keep: Iterable[str]) -> None: ...
@@ -90,9 +98,11 @@ class AbandonedStore(Protocol):
 class PlacementStore(AbandonedStore, PeerStateReads, Protocol):
     def queued_jobs(self) -> list[JobRecord]: ...
 
-    def ledger(self) -> list[LedgerEntry]: ...
+    def in_flight_handoffs(self) -> list[InFlight]: ...
 
-    def prune_ledger(self) -> int: ...
+    def capacity_holds(self) -> dict[str, BackendKey]: ...
+
+    def save_holds(self, holds: Iterable[Hold], now_ms: int) -> dict[str, BackendKey]: ...
 
     def expire_queued(self, now_ms: int) -> list[str]: ...
 
@@ -153,6 +163,20 @@ class WithdrawalStore(Protocol):
     ) -> RequeueOutcome: ...
 
 
+class SeenTokenStore(Protocol):
+    """Peer tokens used here (single use)."""
+
+    def use_token(self, issuer: str, jti: str, usable_until_ms: int, now_ms: int, *, max_live: int) -> TokenUse: ...
+
+
+class RetentionStore(Protocol):
+    def finished_before(self, cutoff_ms: int, limit: int) -> list[JobRecord]: ...
+
+    def prune_jobs(self, incarnations: Sequence[tuple[str, str]], cutoff_ms: int) -> list[str]: ...
+
+    def prune_superseded_output(self, cutoff_ms: int, limit: int) -> int: ...
+
+
 class LeaseStore(Protocol):
     def acquire_lease(self, name: str, holder: str, now_ms: int, ttl_ms: int) -> bool: ...
 
@@ -160,6 +184,7 @@ class LeaseStore(Protocol):
 
 
 class ServiceStore(
+    RetentionStore,
     LeaseStore,
     MirrorStore,
     HeartbeatStore,

@@ -54,7 +54,7 @@ SYNC_LIMIT = 10_000
 def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
     """A received job as the peer API reports it to its requester (under the id the requester knows);
     with ``backends``, its replicas as the backend running it sees them."""
-    replicas: tuple[ReplicaReport, ...] = ()
+    replicas: tuple[ReplicaReport, ...] | None = None  # None: as last reported
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
         try:

@@ -29,6 +29,11 @@ class FederationSettings(StrictModel):
     allowed_submitters: list[str] = Field(
         default_factory=list, description='users whose jobs this cluster accepts: "*", "*@domain" or exact names'
     )
+    service_principals: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="the explicit submitters DAGs may name (operator submitter=), each with the glob patterns of "
+        'the DAG ids allowed to use it: {"ml-platform@example.com": ["training_*", "nightly_eval"]}',
+    )
 
 
 class PlacementSettings(StrictModel):
@@ -57,6 +62,12 @@ class PlacementSettings(StrictModel):
         ge=0,
         description="how long a peer may hold a job it accepted without starting it before it is withdrawn (0: never)",
     )
+    # Starvation (beyond the reference): a big job behind a stream of small ones holds a backend.
+    reserve_after_seconds: float = Field(
+        default=1800,
+        ge=0,
+        description="a gated job queued longer than this holds the backend where it would fit soonest (0: never)",
+    )
 
 
 class ClusterSettings(StrictModel):
@@ -65,6 +76,11 @@ class ClusterSettings(StrictModel):
     state_dir: Path | None = Field(default=None, description="default: $AIRFLOW_HOME/iris")
     placement: PlacementSettings = PlacementSettings()
     federation: FederationSettings = FederationSettings()
+    retention_days: float = Field(
+        default=30,
+        ge=0,
+        description="finished jobs older than this leave the store with their history and output (0: keep all)",
+    )
 
     _check_name = field_validator("name")(check_name)
 

@@ -2,7 +2,7 @@
 
 orphan cancels (with Airflow's task states) -> heartbeat -> settle lost peers -> expire -> plan and
 promote -> deliver -> sync -> withdraw jobs not started in time -> relay logs -> cancel re-drive ->
-abandoned cleanup. Each step lives in its own module; this one only sequences them.
+abandoned cleanup -> retention. Each step lives in its own module; this one only sequences them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates, cancel_orphans
 from iris_airflow_provider.services.placement import Placement
 from iris_airflow_provider.services.ports import ServiceStore
+from iris_airflow_provider.services.retention import prune_finished
 from iris_airflow_provider.services.withdrawals import Withdrawals
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class TickReport:
     heartbeats: dict[str, str] = field(default_factory=dict)  # peer -> "ok" or the error
     expired: list[str] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)  # "job->peer/backend"
+    holding: list[str] = field(default_factory=list)  # "peer/backend for job": held for starving jobs
     delivered: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     retrying: list[str] = field(default_factory=list)
@@ -50,6 +52,7 @@ class TickReport:
     withdrawn: list[str] = field(default_factory=list)  # taken back from a peer that did not start them
     reported: list[str] = field(default_factory=list)  # jobs whose state changed from a report
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
+    pruned: list[str] = field(default_factory=list)  # finished jobs past the retention, deleted
     pending: int = 0
     duration_ms: int = 0
     skipped: str = ""  # why this tick did nothing (another tick held the lease), or "" when it ran
@@ -61,8 +64,21 @@ class TickReport:
         if self.skipped:
             return f"skipped: {self.skipped}"
         parts = [f"{len(self.heartbeats)} peer(s) heartbeated"]
-        names = ("expired", "promoted", "delivered", "rejected", "retrying", "requeued", "lost", "withdrawn")
-        for name in (*names, "reported", "cancelled"):
+        names = (
+            "expired",
+            "promoted",
+            "holding",
+            "delivered",
+            "rejected",
+            "retrying",
+            "requeued",
+            "lost",
+            "withdrawn",
+            "reported",
+            "cancelled",
+            "pruned",
+        )
+        for name in names:
             items: list[str] = getattr(self, name)
             if items:
                 parts.append(f"{name} {len(items)}: {', '.join(items[:10])}{' ...' if len(items) > 10 else ''}")
@@ -82,6 +98,7 @@ class Tick:
     lost_peers: LostPeers
     withdrawals: Withdrawals
     timeout_s: float  # for peers asked about abandoned incarnations
+    retention_ms: int = 0  # finished jobs older than this are pruned (0: never)
 
     def run(self, task_states: TaskStates | None = None) -> TickReport:
         """One pass of each step, under the tick lease: however ticks are started (the schedule, a
@@ -119,10 +136,9 @@ class Tick:
         report.lost += settled.failed
         report.requeued += settled.requeued
         self._renew(holder, "placement")
-        self.store.prune_ledger()
         report.expired = self.store.expire_queued(self.clock())
         placed = self.placement.place()
-        report.promoted, report.pending = placed.promoted, placed.pending
+        report.promoted, report.pending, report.holding = placed.promoted, placed.pending, placed.holding
         self._renew(holder, "delivery")
         delivered = self.delivery.deliver()
         report.delivered += delivered.delivered
@@ -137,3 +153,5 @@ class Tick:
         self._renew(holder, "cancel re-drive")
         report.cancelled += self.cancels.redrive()
         report.cancelled += terminate_abandoned(self.store, self.heartbeats.peers, self.clock, self.timeout_s)
+        self._renew(holder, "retention")
+        report.pruned = prune_finished(self.store, self.clock(), self.retention_ms, task_states)

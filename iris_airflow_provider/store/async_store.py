@@ -1,4 +1,5 @@
-"""Non-blocking access to the store for code in the triggerer: snapshots of watched jobs, and cancel.
+"""Non-blocking access to the store for code in the triggerer: snapshots of watched jobs, cancel,
+and a history event (a killed task's).
 
 A blocking driver in the triggerer would stall every trigger of the process, so this goes through
 aiosqlite or asyncpg. Writes reuse the synchronous store's statements via ``run_sync``, which
@@ -17,6 +18,7 @@ from iris_airflow_provider.core.states import Direction, HandoffState, JobState,
 from iris_airflow_provider.store.common import not_terminal, reported_by_runner
 from iris_airflow_provider.store.engine import WRITE, create_async_store_engine
 from iris_airflow_provider.store.jobs import request_cancel
+from iris_airflow_provider.store.logs import record_event
 from iris_airflow_provider.store.records import CancelOutcome, job_values
 from iris_airflow_provider.store.schema import job_events, job_logs, jobs
 
@@ -135,6 +137,13 @@ class AsyncFederationStore:
             writer = await connection.execution_options(**{WRITE: True})
             async with writer.begin():
                 return await writer.run_sync(request_cancel, job_id, now_ms)
+
+    async def record_event(self, job_id: str, kind: str, now_ms: int, detail: str = "") -> bool:
+        self.queries += 1
+        async with self.engine.connect() as connection:
+            writer = await connection.execution_options(**{WRITE: True})
+            async with writer.begin():
+                return bool(await writer.run_sync(record_event, job_id, kind, now_ms, detail))
 
     async def dispose(self) -> None:
         await self.engine.dispose()

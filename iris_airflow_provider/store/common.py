@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from iris_airflow_provider.core.states import TERMINAL, Direction, HandoffState, JobState
 from iris_airflow_provider.store.engine import WRITE
-from iris_airflow_provider.store.schema import job_events, job_logs, jobs
+from iris_airflow_provider.store.schema import job_events, job_logs, jobs, superseded_incarnations
 
 TERMINAL_VALUES = tuple(s.value for s in TERMINAL)
 RUN_HERE = (Direction.LOCAL.value, Direction.RECEIVED.value)  # jobs one of this cluster's backends runs
@@ -142,3 +142,12 @@ def notice(connection: sa.Connection, job_id: str, nonce: str, text: str, now_ms
         .returning(job_logs.c.seq)
     ).scalar_one()
     connection.execute(jobs.update().where(jobs.c.job_id == job_id).values(last_log_seq=seq, **touched(now_ms)))
+
+
+def supersede(connection: sa.Connection, job_id: str, nonce: str, now_ms: int) -> None:
+    """Remember that ``nonce`` of ``job_id`` was replaced: its output is pruned after the retention."""
+    connection.execute(
+        insert(connection, superseded_incarnations)
+        .values(job_id=job_id, nonce=nonce, superseded_at_ms=now_ms)
+        .on_conflict_do_nothing()
+    )

@@ -1,6 +1,8 @@
-"""Handoffs: a queued job's way to a peer and back. Promotion (compare-and-set, charging the
-ledger), delivery outcomes (handed off, rejected, deferred, requeued), the incarnations a requeue
-leaves behind on a peer, and what a job's runner reports (mirror, gone)."""
+"""Handoffs: a queued job's way to a peer and back. Promotion (compare-and-set; the promoted job
+then reserves its gate there while in flight, and holds no backend any more), delivery outcomes
+(handed off, rejected, deferred, requeued), the incarnations a requeue leaves behind on a peer,
+and what a job's runner reports (mirror, gone; a report that it holds capacity where it runs
+lets the next heartbeat release its reservation)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,13 @@ from iris_airflow_provider.store.common import (
     set_terminal,
     touched,
 )
-from iris_airflow_provider.store.ledger import charge_ledger
-from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
+from iris_airflow_provider.store.holds import end_hold
+from iris_airflow_provider.store.records import HandoffRefusal, JobRecord, replica_values
 from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, requeue_locked
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
+
+# Reported states in which a job holds capacity where it runs (admitted there, or running).
+HOLDING_STATES = frozenset({JobState.ACCEPTED, JobState.RUNNING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +63,13 @@ class Handoffs(StoreBase):
     # Promotion ---------------------------------------------------------------------------------
 
     def apply_promotions(self, promotions: Iterable[Promotion], now_ms: int) -> list[Promotion]:
-        """Apply each promotion by compare-and-set; charge the ledger for the confirmed ones only."""
+        """Apply each promotion by compare-and-set; a confirmed one ends its job's hold."""
         confirmed = []
         with self._write() as connection:
             for promotion in promotions:
                 if _promote(connection, promotion, now_ms):
                     confirmed.append(promotion)
-                    charge_ledger(connection, promotion)
+                    end_hold(connection, promotion.job_id)
         return confirmed
 
     def promote(self, promotion: Promotion, now_ms: int) -> bool:
@@ -272,6 +277,12 @@ class Handoffs(StoreBase):
         }
         if report.backend_id:
             values["backend_id"] = report.backend_id
+        if report.replicas:  # a report without replicas (a peer that sends none) keeps what we had
+            replicas = replica_values(report.replicas)
+            values["replicas"] = replicas
+            changed = sa.or_(changed, jobs.c.replicas != sa.literal(replicas, jobs.c.replicas.type))
+        if report.state in HOLDING_STATES:  # it holds capacity there now: the next heartbeat shows it
+            values["holding_since_ms"] = sa.func.coalesce(jobs.c.holding_since_ms, now_ms)
         if report.state.terminal:
             values.update(
                 error=report.error, exit_code=report.exit_code, finished_at_ms=report.finished_at_ms or now_ms

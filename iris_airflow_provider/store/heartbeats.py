@@ -14,20 +14,28 @@ from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.wire import AvailabilityBlock
 from iris_airflow_provider.store.common import StoreBase, insert
 from iris_airflow_provider.store.records import BackendRecord, PeerRecord
-from iris_airflow_provider.store.schema import ledger, peer_backends, peers
+from iris_airflow_provider.store.schema import capacity_holds, peer_backends, peers
 
 
 class Heartbeats(StoreBase):
     def record_heartbeat(
-        self, peer_id: str, now_ms: int, backends: Sequence[PeerBackend] | None, *, error: str = ""
+        self,
+        peer_id: str,
+        now_ms: int,
+        backends: Sequence[PeerBackend] | None,
+        *,
+        error: str = "",
+        asked_at_ms: int | None = None,
     ) -> None:
-        """Store a peer's heartbeat: its backends replace the previous ones. ``None``: the call failed,
-        the peer becomes unreachable and its last known backends are kept."""
+        """Store a peer's heartbeat, answered at ``now_ms`` to a call made at ``asked_at_ms`` (default:
+        ``now_ms``): its backends replace the previous ones. ``None``: the call failed, the peer
+        becomes unreachable and its last known backends are kept."""
         with self._write() as connection:
             reached = backends is not None
             values: dict[str, Any] = {"reachable": reached, "last_attempt_ms": now_ms, "last_error": error}
             if reached:
                 values["last_contact_ms"] = now_ms
+                values["observed_after_ms"] = now_ms if asked_at_ms is None else asked_at_ms
             # Unreachable since its first unanswered heartbeat (kept while it stays unreachable).
             since = None if reached else sa.func.coalesce(peers.c.unreachable_since_ms, now_ms)
             connection.execute(
@@ -42,11 +50,11 @@ class Heartbeats(StoreBase):
                 connection.execute(peer_backends.insert(), [_backend_row(peer_id, b, now_ms) for b in backends])
 
     def forget_peers(self, keep: Iterable[str]) -> None:
-        """Drop peers (and their ledger rows) that are no longer configured."""
+        """Drop peers (and the holds on their backends) that are no longer configured."""
         keep = list(keep)
         with self._write() as connection:
             connection.execute(peers.delete().where(peers.c.peer_id.not_in(keep)))
-            connection.execute(ledger.delete().where(ledger.c.peer_id.not_in(keep)))
+            connection.execute(capacity_holds.delete().where(capacity_holds.c.peer_id.not_in(keep)))
 
     def peers(self) -> list[PeerRecord]:
         with self._read() as connection:
@@ -75,6 +83,7 @@ class Heartbeats(StoreBase):
                 row["last_error"],
                 tuple(by_peer.get(row["peer_id"], ())),
                 row["unreachable_since_ms"],
+                row["observed_after_ms"],
             )
             for row in peer_rows
         ]
@@ -87,6 +96,7 @@ class Heartbeats(StoreBase):
                 record.reachable,
                 record.last_contact_ms or 0,
                 tuple(_peer_backend(backend) for backend in record.backends),
+                record.observed_after_ms,
             )
             for record in self.peers()
         ]

@@ -27,6 +27,7 @@ from iris_airflow_provider.store.common import (
     queued,
     reported_by_runner,
     set_terminal,
+    supersede,
     touched,
 )
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, NewIncarnation
@@ -74,10 +75,17 @@ class Jobs(StoreBase):
         """
         values = incarnation(new, now_ms)
         with self._write() as connection:
+            replaced = connection.execute(
+                sa.select(jobs.c.nonce)
+                .where(jobs.c.job_id == new.job_id, jobs.c.state.in_(TERMINAL_VALUES), owned_by(new))
+                .with_for_update()
+            ).scalar()
+            if replaced is None:
+                return None
             row = (
                 connection.execute(
                     jobs.update()
-                    .where(jobs.c.job_id == new.job_id, jobs.c.state.in_(TERMINAL_VALUES), owned_by(new))
+                    .where(jobs.c.job_id == new.job_id, jobs.c.nonce == replaced, jobs.c.state.in_(TERMINAL_VALUES))
                     .values(**values, **touched(now_ms))
                     .returning(*jobs.c)
                 )
@@ -86,6 +94,7 @@ class Jobs(StoreBase):
             )
             if row is None:
                 return None
+            supersede(connection, new.job_id, replaced, now_ms)
             handoff = values["handoff_state"]
             event(
                 connection,
@@ -352,6 +361,7 @@ def incarnation(new: NewIncarnation, now_ms: int) -> dict[str, Any]:
         "handoff_since_ms": None,
         "requeue_count": 0,
         "avoided_peers": {},
+        "holding_since_ms": None,
         "log_cursor": "",
         "last_log_seq": 0,
         "origin_dag_id": new.origin.dag_id if new.origin else None,

@@ -60,15 +60,22 @@ class Logs(StoreBase):
         with self._read() as connection:
             return [JobEvent(**row) for row in connection.execute(query).mappings()]
 
-    def record_event(self, job_id: str, kind: str, now_ms: int, detail: str = "") -> None:
+    def record_event(self, job_id: str, kind: str, now_ms: int, detail: str = "") -> bool:
         """A history event without a state change (e.g. a replayed handoff), so syncs report the job again."""
         with self._write() as connection:
-            row = connection.execute(
-                sa.select(jobs.c.state, jobs.c.handoff_state, jobs.c.peer_id).where(jobs.c.job_id == job_id)
-            ).first()
-            if row is not None:
-                event(connection, job_id, now_ms, kind, JobState(row[0]), row[1], row[2], detail)
+            return record_event(connection, job_id, kind, now_ms, detail)
 
     def latest_event_seq(self) -> int:
         with self._read() as connection:
             return int(connection.execute(sa.select(sa.func.max(job_events.c.seq))).scalar() or 0)
+
+
+def record_event(connection: sa.Connection, job_id: str, kind: str, now_ms: int, detail: str = "") -> bool:
+    """Append an event to a job's history as it stands (False when there is no such job)."""
+    row = connection.execute(
+        sa.select(jobs.c.state, jobs.c.handoff_state, jobs.c.peer_id).where(jobs.c.job_id == job_id)
+    ).first()
+    if row is None:
+        return False
+    event(connection, job_id, now_ms, kind, JobState(row[0]), row[1], row[2], detail)
+    return True

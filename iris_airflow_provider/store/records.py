@@ -60,7 +60,15 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "state": JobState,
     "handoff_state": lambda value: HandoffState(value) if value else None,
     "avoided_peers": lambda value: value or {},
+    "replicas": lambda value: tuple(
+        ReplicaReport(r["index"], JobState(r["state"]), r.get("exit_code")) for r in value or ()
+    ),
 }
+
+
+def replica_values(replicas: tuple[ReplicaReport, ...]) -> list[dict[str, Any]]:
+    """Replicas as the ``replicas`` column holds them."""
+    return [{"index": r.index, "state": r.state.value, "exit_code": r.exit_code} for r in replicas]
 
 
 def job_values(row: Mapping[Any, Any]) -> dict[str, Any]:
@@ -101,6 +109,8 @@ class JobRecord:
     handoff_since_ms: int | None = None
     requeue_count: int = 0
     avoided_peers: Mapping[str, int] = field(default_factory=dict)
+    replicas: tuple[ReplicaReport, ...] = ()  # as its runner last reported them
+    holding_since_ms: int | None = None  # when a report first said it holds capacity where it runs
     delivery_claimed_at_ms: int | None = None
     handed_off_at_ms: int | None = None
     withdraw_reason: str = ""
@@ -125,9 +135,18 @@ class JobRecord:
     def owner(self) -> Owner:
         return owner_of(self.origin, self.submitting_user)
 
-    def report(self, replicas: tuple[ReplicaReport, ...] = ()) -> JobReport:
-        """Where this incarnation stands, as the one job-state value (replicas come from its backend)."""
-        return projected(self, JobReport, replicas=replicas)
+    def report(self, replicas: tuple[ReplicaReport, ...] | None = None) -> JobReport:
+        """Where this incarnation stands, as the one job-state value (replicas as last reported,
+        unless fresher ones from its backend are given)."""
+        return projected(self, JobReport) if replicas is None else projected(self, JobReport, replicas=replicas)
+
+    @property
+    def failed_replicas(self) -> str:
+        """The replicas that failed, for a failure message: ``replica 2 (exit code 7)``; "" when none known."""
+        failed = [r for r in self.replicas if r.state is JobState.FAILED]
+        return ", ".join(
+            f"replica {r.index}" + (f" (exit code {r.exit_code})" if r.exit_code is not None else "") for r in failed
+        )
 
     def avoided_peer_ids(self, now_ms: int) -> list[str]:
         """The peers this job must not be placed on at ``now_ms``."""
@@ -208,6 +227,7 @@ class PeerRecord:
     last_error: str
     backends: tuple[BackendRecord, ...]
     unreachable_since_ms: int | None = None  # None: it answered the last heartbeat
+    observed_after_ms: int | None = None  # when the heartbeat whose backends these are was asked for
 
     def is_reachable(self, now_ms: int, staleness_ms: int) -> bool:
         """As placement sees it (``PeerState.is_reachable``): answered, and recently enough."""

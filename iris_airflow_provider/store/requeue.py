@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
-from iris_airflow_provider.store.common import event, insert, notice, set_terminal, touched
+from iris_airflow_provider.store.common import event, insert, notice, set_terminal, supersede, touched
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
 
 
@@ -81,6 +81,7 @@ def requeue_locked(
     # A new nonce: the peer it left may hold the old one (terminated there by that nonce), and a
     # later delivery must never be taken there for a replay of what was terminated.
     fresh_nonce = uuid.uuid4().hex
+    supersede(connection, job_id, departure.nonce, now_ms)  # its output is pruned with the job's history
     connection.execute(
         locked.values(
             nonce=fresh_nonce,
@@ -97,6 +98,7 @@ def requeue_locked(
             log_cursor="",
             requeue_count=jobs.c.requeue_count + 1,
             avoided_peers=avoided,
+            holding_since_ms=None,
             delivery_attempts=0,
             next_delivery_at_ms=None,
             last_delivery_error=reason,

@@ -69,6 +69,9 @@ jobs = sa.Table(
     sa.Column("handoff_since_ms", sa.BigInteger, nullable=True),
     sa.Column("requeue_count", sa.Integer, nullable=False, server_default="0"),
     sa.Column("avoided_peers", Json, nullable=False, server_default=sa.text("'{}'")),
+    # When a report first said the job holds capacity where it runs (accepted or running), this
+    # cluster's clock: until the peer's numbers are asked for after that, its gate stays reserved there.
+    sa.Column("holding_since_ms", sa.BigInteger, nullable=True),
     # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
     sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
     # Lifecycle (core/cancel_settlement.py, core/start_timeout.py): when a delivery of this incarnation
@@ -86,6 +89,8 @@ jobs = sa.Table(
     sa.Column("origin_run_id", sa.Text, nullable=True),
     sa.Column("origin_task_id", sa.Text, nullable=True),
     sa.Column("origin_map_index", sa.Integer, nullable=True),
+    # Each replica as its runner last reported it: [{"index", "state", "exit_code"}].
+    sa.Column("replicas", Json, nullable=False, server_default=sa.text("'[]'")),
     sa.CheckConstraint(_in("direction", DIRECTIONS), name="direction"),
     sa.CheckConstraint(_in("state", JOB_STATES), name="state"),
     sa.CheckConstraint(
@@ -104,6 +109,8 @@ jobs = sa.Table(
     sa.Index("ix_iris_jobs_state_submitted_at_ms", "state", "submitted_at_ms"),
     sa.Index("ix_iris_jobs_peer_id_submitted_at_ms", "peer_id", "submitted_at_ms"),
     sa.Index("ix_iris_jobs_submitting_user_submitted_at_ms", "submitting_user", "submitted_at_ms"),
+    # Retention reads the oldest finished jobs, a batch per tick.
+    sa.Index("ix_iris_jobs_finished_at_ms", "finished_at_ms"),
     sa.Index("ix_iris_jobs_origin_dag_id_submitted_at_ms", "origin_dag_id", "submitted_at_ms"),
 )
 
@@ -133,6 +140,17 @@ abandoned_handoffs = sa.Table(
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
 )
 
+# Incarnations a job replaced (a rerun, a requeue): their output is kept until the retention, then
+# pruned by this index instead of a scan of every output line.
+superseded_incarnations = sa.Table(
+    "iris_superseded_incarnations",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("nonce", sa.Text, primary_key=True),
+    sa.Column("superseded_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_iris_superseded_incarnations_superseded_at_ms", "superseded_at_ms"),
+)
+
 job_logs = sa.Table(
     "iris_job_logs",
     metadata,
@@ -154,6 +172,9 @@ peers = sa.Table(
     sa.Column("last_error", sa.Text, nullable=False, server_default=""),
     # Since when it has not answered (NULL: it answered the last heartbeat): lost after peer_lost_seconds.
     sa.Column("unreachable_since_ms", sa.BigInteger, nullable=True),
+    # When this cluster asked for the heartbeat whose backends are stored (its clock): every number
+    # in them was measured after this.
+    sa.Column("observed_after_ms", sa.BigInteger, nullable=True),
 )
 
 peer_backends = sa.Table(
@@ -169,15 +190,16 @@ peer_backends = sa.Table(
     sa.Column("received_at_ms", sa.BigInteger, nullable=False),
 )
 
-ledger = sa.Table(
-    "iris_reservation_ledger",
+# The backend each starving job held after the last placement pass (see core/holds.py): one per
+# job, one per backend. Rows of jobs no longer queued are ignored by the pass and replaced by the next.
+capacity_holds = sa.Table(
+    "iris_capacity_holds",
     metadata,
-    sa.Column("peer_id", sa.Text, primary_key=True),
-    sa.Column("backend_id", sa.Text, primary_key=True),
-    sa.Column("token", sa.Text, primary_key=True),
-    sa.Column("observation_epoch_ms", sa.BigInteger, nullable=False),
-    sa.Column("amount", sa.BigInteger, nullable=False),
-    sa.CheckConstraint("amount >= 0", name="amount"),
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("peer_id", sa.Text, nullable=False),
+    sa.Column("backend_id", sa.Text, nullable=False),
+    sa.Column("held_since_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("peer_id", "backend_id"),
 )
 
 peer_sync = sa.Table(
@@ -194,4 +216,14 @@ leases = sa.Table(
     sa.Column("name", sa.Text, primary_key=True),
     sa.Column("holder", sa.Text, nullable=False),
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+)
+
+# Peer tokens used here, each kept until it can no longer be accepted: a reused jti is a replay.
+seen_tokens = sa.Table(
+    "iris_seen_tokens",
+    metadata,
+    sa.Column("issuer", sa.Text, primary_key=True),  # the calling cluster
+    sa.Column("jti", sa.Text, primary_key=True),
+    sa.Column("usable_until_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_iris_seen_tokens_usable_until_ms", "usable_until_ms"),
 )

@@ -1,4 +1,4 @@
-"""The federation store: the single source of truth for jobs, peers, the ledger and leases.
+"""The federation store: the single source of truth for jobs, peers, holds and leases.
 
 Every state change is a conditional write (compare-and-set on the expected state and the cancel
 intent), in the same transaction as its history event, so concurrent ticks, cancels, retries and
@@ -13,11 +13,14 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 - :mod:`.handoffs`: promotion, delivery outcomes (and the delivery claim), requeue, runner reports;
 - :mod:`.requeue`: moving a handoff back to the queue under a new incarnation;
 - :mod:`.lifecycle`: cancels the peer answered, lost peers, withdrawals for a start timeout;
-- :mod:`.ledger`: the reservation ledger;
+- :mod:`.reservations`: what jobs in flight reserve on their peers (read from the jobs);
+- :mod:`.holds`: backends held for starving jobs;
 - :mod:`.heartbeats`: peers and their backends;
 - :mod:`.logs`: relayed output and history events;
 - :mod:`.feed`: what peers read (received jobs and changes) and sync cursors;
-- :mod:`.leases`: named expiring locks.
+- :mod:`.leases`: named expiring locks;
+- :mod:`.retention`: pruning finished jobs past the retention;
+- :mod:`.seen_tokens`: peer tokens already used here (single use).
 """
 
 from __future__ import annotations
@@ -26,18 +29,23 @@ from iris_airflow_provider.store.engine import create_store_engine
 from iris_airflow_provider.store.feed import Feed
 from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs
 from iris_airflow_provider.store.heartbeats import Heartbeats
+from iris_airflow_provider.store.holds import Holds
 from iris_airflow_provider.store.jobs import Admission, Jobs, request_cancel
 from iris_airflow_provider.store.leases import Leases
-from iris_airflow_provider.store.ledger import Ledger
 from iris_airflow_provider.store.lifecycle import Lifecycle
 from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
 from iris_airflow_provider.store.requeue import RequeueOutcome
+from iris_airflow_provider.store.reservations import Reservations
+from iris_airflow_provider.store.retention import Retention
+from iris_airflow_provider.store.seen_tokens import SeenTokens, TokenUse
 
-__all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "request_cancel"]
+__all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "TokenUse", "request_cancel"]
 
 
-class FederationStore(Migrations, Jobs, Handoffs, Lifecycle, Ledger, Heartbeats, Logs, Feed, Leases):
+class FederationStore(
+    Migrations, Jobs, Handoffs, Lifecycle, Reservations, Holds, Heartbeats, Logs, Feed, Leases, Retention, SeenTokens
+):
     @classmethod
     def from_url(cls, url: str) -> FederationStore:
         return cls(create_store_engine(url))

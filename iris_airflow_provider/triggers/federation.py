@@ -3,7 +3,9 @@
 It watches the job through the process's shared poller (no worker slot, no blocking driver, one
 query per interval for all waits), logs every change of state and pending reason into the task
 log, and fires once the job reached what the task waits for: acceptance by a peer, running, or
-the end. A user killing the deferred task cancels the job; a triggerer restart does not.
+the end. What a user killing the deferred task does to the job is the waiting task's
+``kill_action``: by default the placement tick checks the task's state at once and cancels the job
+only if the task has failed; a triggerer restart does nothing at all.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from iris_airflow_provider.core.orphans import TASK_KILLED, KillAction, kill_message
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.store.async_store import AsyncFederationStore, JobSnapshot
@@ -61,7 +64,8 @@ class FederationJobTrigger(BaseTrigger):
         conn_id: str = FederationStoreHook.default_conn_name,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         deadline_ms: int | None = None,
-        cancel_on_kill: bool = True,
+        kill_action: KillAction | str = KillAction.IGNORE,
+        cancel_on_kill: bool | None = None,  # how waits deferred by an earlier version said it
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger is untyped
         if until not in WAIT_UNTIL:
@@ -71,7 +75,9 @@ class FederationJobTrigger(BaseTrigger):
         self.conn_id = conn_id
         self.poll_interval = float(poll_interval)
         self.deadline_ms = deadline_ms
-        self.cancel_on_kill = cancel_on_kill
+        if cancel_on_kill is not None:  # True was the operator's wait, False the sensor's
+            kill_action = KillAction.CHECK if cancel_on_kill else KillAction.IGNORE
+        self.kill_action = KillAction(kill_action)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -82,7 +88,7 @@ class FederationJobTrigger(BaseTrigger):
                 "conn_id": self.conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline_ms": self.deadline_ms,
-                "cancel_on_kill": self.cancel_on_kill,
+                "kill_action": self.kill_action.value,
             },
         )
 
@@ -172,12 +178,23 @@ class FederationJobTrigger(BaseTrigger):
         return event
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task (mark failed, clear, or a failed DAG run): cancel the job."""
-        if not self.cancel_on_kill:
+        """A user acted on the deferred task (mark failed, mark success, clear; or another triggerer
+        took the trigger over): do what ``kill_action`` says (see ``core.orphans``)."""
+        if self.kill_action is KillAction.IGNORE:
+            self.log.info(kill_message(self.kill_action, self.job_id))
             return
         store = AsyncFederationStore(await FederationStoreHook(self.conn_id).aget_url())
         try:
-            outcome = await store.request_cancel(self.job_id, int(time.time() * 1000))
-            self.log.info("Cancelled job %s after the task was killed (%s)", self.job_id, outcome)
+            job = (await store.snapshots([self.job_id])).get(self.job_id)
+            if job is None or job.terminal or job.cancel_intent_version:
+                self.log.info(kill_message(self.kill_action, self.job_id, settled=True))
+                return
+            message = kill_message(self.kill_action, self.job_id)
+            now = int(time.time() * 1000)
+            if self.kill_action is KillAction.CANCEL:
+                await store.request_cancel(self.job_id, now)
+            else:
+                await store.record_event(self.job_id, TASK_KILLED, now, message)
+            self.log.info(message)
         finally:
             await store.dispose()

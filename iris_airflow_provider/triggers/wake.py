@@ -1,8 +1,9 @@
 """Wakes the placement DAG when there is work for it (event-driven scheduling through an asset).
 
 The placement DAG runs on a fixed period and also on this trigger's events: a job was queued,
-resubmitted or cancelled (so a queued job is placed within seconds when capacity is free), or jobs
-are in flight and the last wake is older than the sync interval (so their state, and freed
+resubmitted or cancelled (so a queued job is placed within seconds when capacity is free), the
+task waiting on a job was killed (so the tick checks at once whether that task gave the job up),
+or jobs are in flight and the last wake is older than the sync interval (so their state, and freed
 capacity, are picked up promptly). Idle, it costs two small queries per poll and wakes nothing.
 """
 
@@ -15,10 +16,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from iris_airflow_provider.core.orphans import TASK_KILLED
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook, open_store
 from iris_airflow_provider.store.async_store import AsyncFederationStore
 
-WAKE_EVENT_KINDS = ("admitted", "resubmitted", "cancel_requested")
+# A killed task's event wakes it too: its orphan check then reads the task's state (core.orphans).
+WAKE_EVENT_KINDS = ("admitted", "resubmitted", "cancel_requested", TASK_KILLED)
 
 
 class FederationWakeTrigger(BaseEventTrigger):
@@ -65,7 +68,7 @@ class FederationWakeTrigger(BaseEventTrigger):
     async def _reason(self, store: AsyncFederationStore, seen: int, last_wake: float) -> tuple[str, int]:
         newest = await store.latest_event_seq(WAKE_EVENT_KINDS)
         if newest > seen:
-            return "a job was queued, resubmitted or cancelled", newest
+            return "a job was queued, resubmitted or cancelled, or its task was killed", newest
         if time.monotonic() - last_wake >= self.sync_interval and await store.in_flight_count():
             return "jobs are in flight", seen
         return "", seen

@@ -6,14 +6,12 @@ creates, so nothing depends on how fast the machine is, only on polling with a t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -22,96 +20,23 @@ from iris_airflow_provider.backends.base import (
     InsufficientCapacityError,
     Submission,
     SubmissionRefusedError,
-    SubmitOutcome,
 )
 from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.core.bands import Band
-from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import JobState
+from tests.backends.process_helpers import (
+    Gates,
+    gpu_backend,
+    job_spec,
+    log_lines,
+    process_gone,
+    status_file,
+    submit,
+)
 from tests.waiting import wait_for, wait_state
 
 T = TypeVar("T")
-
-
-# Helpers ----------------------------------------------------------------------------------------
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("Z", "X")  # a zombie no longer runs; its parent may simply not reap it
-
-
-def job_spec(
-    job_id: str = "/alice/job",
-    command: str | list[str] = "true",
-    *,
-    gpus: int = 0,
-    variant: str = "h100",
-    device: str = "gpu",
-    replicas: int = 1,
-    band: str = "interactive",
-    env: dict[str, str] | None = None,
-) -> JobSpec:
-    resources: dict[str, Any] = {"replicas": replicas}
-    if gpus:
-        resources["device"] = {"type": device, "variant": variant, "count": gpus}
-    return parse_job(
-        {"job_id": job_id, "command": command, "resources": resources, "priority_band": band, "env": env or {}}
-    )
-
-
-def submit(
-    backend: ProcessBackend, spec: JobSpec, nonce: str = "n1", *, at: int = 1_000, requester: str = ""
-) -> SubmitOutcome:
-    return backend.submit(Submission(spec.job_id, nonce, spec, requester, at))
-
-
-class Gates:
-    """Release files: ``held(name)`` is a command that waits until ``release(name)`` is called."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def path(self, name: str) -> Path:
-        return self.directory / name
-
-    def held(self, name: str, before: str = "") -> str:
-        prefix = f"{before}; " if before else ""
-        return f"{prefix}while [ ! -e {self.path(name)} ]; do sleep 0.02; done"
-
-    def release(self, name: str) -> None:
-        self.path(name).touch()
-
-
-@pytest.fixture
-def gates(tmp_path: Path) -> Gates:
-    return Gates(tmp_path / "gates")
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path) -> Iterator[Path]:
-    directory = tmp_path / "backend"
-    yield directory
-    # Stop whatever a failed test left running: each live job's process group, by the id recorded.
-    jobs = directory / "jobs"
-    if jobs.exists():
-        for status_file in jobs.glob("*/status.json"):
-            status = json.loads(status_file.read_text())
-            if status["state"] in ("starting", "running") and status.get("pid") and not process_gone(status["pid"]):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(status["pgid"], signal.SIGKILL)
-
-
-def gpu_backend(state_dir: Path, slots: int = 4, **kwargs: Any) -> ProcessBackend:
-    return ProcessBackend("gpu", state_dir, devices={"h100": slots}, **kwargs)
-
-
-def log_lines(backend: ProcessBackend, job_id: str) -> list[str]:
-    return list(backend.logs(job_id).lines)
 
 
 # Capacity ---------------------------------------------------------------------------------------
@@ -160,7 +85,10 @@ def test_capacity_counts_what_running_jobs_hold_per_band_and_ignores_queued_work
     assert first.amounts == {"h100": 1}  # the queued job holds nothing
     assert first.total_amounts == {"h100": 4}
     assert first.held_by_band == {Band.BATCH: {"h100": 2}, Band.PRODUCTION: {"h100": 1}}
-    assert second.observation_epoch_ms > first.observation_epoch_ms  # every heartbeat is a new observation
+    # The same numbers are the same observation, in any process reading this state directory.
+    assert second.observation_epoch_ms == first.observation_epoch_ms
+    other = ProcessBackend.from_state_dir(state_dir).describe().availability
+    assert other is not None and other.observation_epoch_ms == first.observation_epoch_ms
     assert first.to_wire()["held_by_band"] == [
         {"band": "PRIORITY_BAND_PRODUCTION", "amounts": {"h100": 1}},
         {"band": "PRIORITY_BAND_BATCH", "amounts": {"h100": 2}},
@@ -172,6 +100,7 @@ def test_capacity_counts_what_running_jobs_hold_per_band_and_ignores_queued_work
     wait_state(backend, "/a/waits", JobState.SUCCEEDED)
     final = backend.describe().availability
     assert final is not None and final.amounts == {"h100": 4} and final.held_by_band == {}
+    assert final.observation_epoch_ms > first.observation_epoch_ms  # new numbers, new observation
 
 
 def test_a_cpu_backend_advertises_cpu_and_no_device_variant(state_dir: Path) -> None:
@@ -345,7 +274,7 @@ def test_work_waits_for_busy_slots_and_starts_in_band_order_when_they_free(state
 
     gates.release("first")  # the supervisor starts queued work as it exits; nobody needs to poll
     wait_for(
-        lambda: json.loads(_status_file(state_dir, "/a/priority").read_text())["state"] == "running",
+        lambda: json.loads(status_file(state_dir, "/a/priority").read_text())["state"] == "running",
         "/a/priority to start",
     )
     assert backend.status("/a/batch").state is JobState.PENDING  # type: ignore[union-attr]
@@ -400,7 +329,7 @@ def test_a_higher_band_evicts_lower_band_work_which_requeues_and_runs_again(stat
     wait_state(backend, "/a/urgent", JobState.RUNNING)
     batch = backend.status("/a/batch")
     assert batch is not None and batch.state is JobState.PENDING  # back in the queue, not failed
-    status = json.loads(_status_file(state_dir, "/a/batch").read_text())
+    status = json.loads(status_file(state_dir, "/a/batch").read_text())
     assert status["preemptions"] == 1
     capacity = backend.describe().availability
     assert capacity is not None and capacity.held_by_band == {Band.PRODUCTION: {"h100": 2}}
@@ -412,7 +341,7 @@ def test_a_higher_band_evicts_lower_band_work_which_requeues_and_runs_again(stat
     report = wait_state(backend, "/a/batch", JobState.SUCCEEDED)
     assert report.exit_code == 0
     assert log_lines(backend, "/a/batch") == ["[replica 0] attempt", "[replica 0] attempt"]
-    assert json.loads(_status_file(state_dir, "/a/batch").read_text())["attempts"] == 2
+    assert json.loads(status_file(state_dir, "/a/batch").read_text())["attempts"] == 2
 
 
 def test_eviction_takes_the_lowest_band_first_then_the_newest_job(state_dir: Path, gates: Gates) -> None:
@@ -441,7 +370,7 @@ def test_eviction_takes_the_lowest_band_first_then_the_newest_job(state_dir: Pat
     for job_id in ("/a/old-batch", "/a/new-batch", "/a/interactive", "/a/production"):
         wait_state(backend, job_id, JobState.SUCCEEDED)
     preemptions = {
-        job_id: json.loads(_status_file(state_dir, job_id).read_text()).get("preemptions", 0)
+        job_id: json.loads(status_file(state_dir, job_id).read_text()).get("preemptions", 0)
         for job_id in ("/a/old-batch", "/a/new-batch", "/a/interactive")
     }
     assert preemptions == {"/a/old-batch": 0, "/a/new-batch": 1, "/a/interactive": 0}
@@ -545,7 +474,7 @@ def test_the_reaper_settles_a_job_whose_supervisor_was_killed(state_dir: Path, t
     submit(backend, job_spec("/a/waiting", "echo ran", gpus=1), at=2)
     wait_for(lambda: (pids / "replica").exists() and (pids / "replica").read_text().strip(), "the replica")
     replica = int((pids / "replica").read_text())
-    supervisor = json.loads(_status_file(state_dir, "/a/orphan").read_text())["pid"]
+    supervisor = json.loads(status_file(state_dir, "/a/orphan").read_text())["pid"]
     os.kill(supervisor, signal.SIGKILL)
     wait_for(lambda: process_gone(supervisor), "the supervisor to die")
 
@@ -590,15 +519,8 @@ def test_a_job_without_devices_on_a_gpu_backend_sees_no_gpu(state_dir: Path, mon
     assert log_lines(backend, "/a/cpu-only") == ["[replica 0] cuda="]
 
 
-def _status_file(state_dir: Path, job_id: str) -> Path:
-    backend = ProcessBackend.from_state_dir(state_dir)
-    return backend._directory(job_id) / "status.json"
-
-
 def test_files_that_travel_with_the_job_are_in_its_workdir(tmp_path):
-    from iris_airflow_provider.backends.base import Submission
     from iris_airflow_provider.backends.process.backend import ProcessBackend
-    from iris_airflow_provider.core.model import parse_job
 
     backend = ProcessBackend("cpu", tmp_path / "state")
     spec = parse_job(

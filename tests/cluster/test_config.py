@@ -18,6 +18,7 @@ from iris_airflow_provider.cluster.config import (
 )
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
+from iris_airflow_provider.peers.identity import generate_keypair
 
 EXAMPLE_YAML = """\
 name: marin
@@ -186,6 +187,36 @@ def test_a_peer_cannot_carry_the_clusters_own_name(tmp_path: Path) -> None:
     assert problems(error) == {"c.yaml: peers": "a peer cannot be named 'marin': that is this cluster's own name"}
 
 
+def test_an_airflow_peer_over_plain_http_is_refused_naming_the_field_and_the_remedy(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, "http.yaml", "name: marin\npeers: [{id: cw-east, kind: airflow, url: 'http://cw-east:8080'}]\n"
+    )
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(path)
+    assert problems(error) == {
+        f"{path}: peers[0].url": "'http://cw-east:8080' is plain http://, which sends peer tokens and jobs in the "
+        "clear: use https://, or set allow_insecure_http: true on this peer (tests and local demos only)"
+    }
+
+
+def test_plain_http_is_allowed_for_a_peer_that_says_so_and_https_always(tmp_path: Path) -> None:
+    key = tmp_path / "marin.key"
+    key.write_text(generate_keypair()[0])
+    config = parse_cluster_config(
+        {
+            "name": "marin",
+            "federation": {"private_key": str(key)},
+            "peers": [
+                {"id": "local-peer", "kind": "airflow", "url": "http://127.0.0.1:8081", "allow_insecure_http": True},
+                {"id": "cw-east", "kind": "airflow", "url": "https://airflow.cw-east.example.com/"},
+            ],
+        }
+    )
+    peers = build_peers(config)
+    assert peers["local-peer"].address == "http://127.0.0.1:8081"
+    assert peers["cw-east"].address == "https://airflow.cw-east.example.com"
+
+
 def test_bad_names_are_refused_with_what_is_accepted(tmp_path: Path) -> None:
     path = write(
         tmp_path,
@@ -218,7 +249,7 @@ def test_unknown_fields_are_named_with_the_accepted_ones(tmp_path: Path) -> None
     assert found[f"{path}: placement"] == (
         "unknown field(s) tick; accepted: tick_interval_seconds, sync_interval_seconds, max_handoffs_per_cycle, "
         "heartbeat_staleness_seconds, heartbeat_timeout_seconds, delivery_timeout_seconds, requeue_after_seconds, "
-        "requeue_avoid_seconds, max_requeues, peer_lost_seconds, start_timeout_seconds"
+        "requeue_avoid_seconds, max_requeues, peer_lost_seconds, start_timeout_seconds, reserve_after_seconds"
     )
     assert found[f"{path}: backends[0]"] == (
         "unknown field(s) gpus; accepted: id, kind, devices, device_type, attributes, max_running_jobs, state_dir, env"
@@ -311,3 +342,23 @@ def test_lost_peer_and_start_timeout_settings_are_checked(tmp_path: Path) -> Non
     off = write(tmp_path, "off.yaml", "name: marin\nplacement: {start_timeout_seconds: 0}\n")
     placement = load_cluster_config(off).placement
     assert (placement.start_timeout_seconds, placement.peer_lost_seconds) == (0, 900)
+
+
+def test_holding_for_starving_jobs_is_on_after_half_an_hour_by_default_and_zero_turns_it_off(tmp_path: Path) -> None:
+    from iris_airflow_provider.services.federation import Federation
+    from iris_airflow_provider.store.store import FederationStore
+
+    default = load_cluster_config(write(tmp_path, "default.yaml", "name: marin\n"))
+    assert default.placement.reserve_after_seconds == 1800
+    store = FederationStore.from_url(f"sqlite:///{tmp_path / 'store.db'}")
+    store.migrate()
+    try:
+        assert Federation(default, store, backends={}, peers={}).placement_rules.reserve_after_ms == 1_800_000
+        off = load_cluster_config(write(tmp_path, "off.yaml", "name: marin\nplacement: {reserve_after_seconds: 0}\n"))
+        assert Federation(off, store, backends={}, peers={}).placement_rules.reserve_after_ms is None
+    finally:
+        store.dispose()
+    path = write(tmp_path, "bad.yaml", "name: marin\nplacement: {reserve_after_seconds: -5}\n")
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(path)
+    assert problems(error) == {f"{path}: placement.reserve_after_seconds": "must be >= 0.0"}

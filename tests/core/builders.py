@@ -45,8 +45,14 @@ def gpu(backend_id: str, variant: str, free: int | None, **kwargs: Any) -> PeerB
     )
 
 
-def peer(peer_id: str, *backends: PeerBackend, reachable: bool = True, last_contact_ms: int = NOW - 5_000) -> PeerState:
-    return PeerState(peer_id, reachable, last_contact_ms, tuple(backends))
+def peer(
+    peer_id: str,
+    *backends: PeerBackend,
+    reachable: bool = True,
+    last_contact_ms: int = NOW - 5_000,
+    observed_after_ms: int | None = None,
+) -> PeerState:
+    return PeerState(peer_id, reachable, last_contact_ms, tuple(backends), observed_after_ms)
 
 
 def job(

@@ -22,6 +22,9 @@ def reference_plan(
     now_ms: int,
     max_per_peer: int,
     staleness_ms: int,
+    active_jobs: dict[str, int] | None = None,
+    previous_holds: dict[str, tuple[str, str]] | None = None,
+    reserve_after_ms: int | None = None,
 ) -> dict:
     candidates = list(candidates)
     expired = sorted((c for c in candidates if c.deadline_ms is not None and c.deadline_ms < now_ms), key=_order)
@@ -46,16 +49,21 @@ def reference_plan(
     )
     free: dict[tuple[str, str], dict[str, int]] = {}
     held: dict[tuple[str, str], dict[int, dict[str, int]]] = {}
+    totals: dict[tuple[str, str], dict[str, int]] = {}
     for peer in reachable:
         for b in peer.backends:
             key = (peer.peer_id, b.backend_id)
             if key in observation:
+                totals[key] = dict(b.availability.total_amounts)
                 free[key] = dict(b.availability.amounts)
                 held[key] = {band.rank: dict(a) for band, a in b.availability.held_by_band.items()}
                 for token, amount in ledger_rows.get(key, [0, {}])[1].items():
                     _spend(free[key], held[key], token, amount, rank=-1)
 
     promoted = {peer.peer_id: 0 for peer in reachable}
+    active = active_jobs or {}
+    held_by: dict[tuple[str, str], str] = {}  # backends held for starving jobs so far in this pass
+    holds = []
     promotions, pending = [], []
     for c in live:
         rank = c.band.rank
@@ -71,6 +79,8 @@ def reference_plan(
             peer_best = None
             for b in matching:
                 key = (peer.peer_id, b.backend_id)
+                if key in held_by:
+                    continue  # held for a job earlier in the queue
                 if key not in free:
                     option = (True, False, 0, b.backend_id)
                 else:
@@ -88,12 +98,18 @@ def reference_plan(
                 peer_best = (True, False, 0, "")
             if peer_best is None:
                 continue
-            spread = 0 if c.gate else promoted[peer.peer_id]
+            spread = 0 if c.gate else active.get(peer.peer_id, 0) + promoted[peer.peer_id]
             ranked = (*peer_best[:3], spread, peer.peer_id, peer_best[3])
             if best is None or ranked < best:
                 best = ranked
         if best is None:
             pending.append(c.job_id)
+            eligible = c.gate and reserve_after_ms and now_ms - c.submitted_at_ms > reserve_after_ms
+            if eligible:
+                hold = _hold(c, reachable, free, held, totals, held_by, (previous_holds or {}).get(c.job_id))
+                if hold is not None:
+                    held_by[hold[1], hold[2]] = c.job_id
+                    holds.append(hold)
             continue
         shape_only, preempts, _, _, peer_id, backend_id = best
         key = (peer_id, backend_id)
@@ -124,7 +140,35 @@ def reference_plan(
         "pending": pending,
         "expired": [c.job_id for c in expired],
         "ledger": out_ledger,
+        "holds": holds,
     }
+
+
+def _hold(c, reachable, free, held, totals, held_by, previous):
+    """(job, peer, backend, needs, available) of the backend a starving job holds, or None."""
+    rank = c.band.rank
+    options = []
+    for peer in reachable:
+        if (c.pinned_peer_id and c.pinned_peer_id != peer.peer_id) or peer.peer_id in c.avoided_peer_ids:
+            continue
+        for b in peer.backends:
+            key = (peer.peer_id, b.backend_id)
+            if key not in free or key in held_by or not all(satisfies(b.advertised, k) for k in c.shape):
+                continue
+            total = totals[key]
+            if any(t in total and total[t] < n for t, n in c.gate):
+                continue  # its total can never hold the job
+            available = {
+                t: free[key].get(t, 0) + sum(a.get(t, 0) for r, a in held[key].items() if r > rank) for t, _ in c.gate
+            }
+            covered = sum(min(available[t], n) for t, n in c.gate)
+            slack = sum(total[t] - n for t, n in c.gate) if all(t in total for t, _ in c.gate) else float("inf")
+            options.append(((-covered, slack, peer.peer_id, b.backend_id), key, available))
+    if not options:
+        return None
+    sticky = [option for option in options if option[1] == previous]
+    _, key, available = sticky[0] if sticky else min(options, key=lambda option: option[0])
+    return (c.job_id, key[0], key[1], dict(c.gate), available)
 
 
 def _order(c: Candidate) -> tuple:
@@ -153,4 +197,5 @@ def as_reference_shape(result) -> dict:
         "pending": [p.job_id for p in result.pending],
         "expired": list(result.expired),
         "ledger": [(r.peer_id, r.backend_id, r.observation_epoch_ms, dict(r.reserved)) for r in result.ledger],
+        "holds": [(h.job_id, h.peer_id, h.backend_id, dict(h.needs), dict(h.available)) for h in result.holds],
     }

@@ -43,7 +43,9 @@ def backends(draw: st.DrawFn, backend_id: str) -> PeerBackend:
             for band in draw(st.lists(st.sampled_from(list(Band)), max_size=4, unique=True))
         }
         version = 3 if metric == "v3" else draw(st.sampled_from([1, 2, 2]))
-        availability = Availability(version, draw(st.sampled_from(EPOCHS)), amounts, {}, held)
+        # Totals: none, or one per token (some too small for the larger jobs).
+        totals = {t: draw(st.sampled_from([8, 16, 24, 32, 64])) for t in tokens if draw(st.booleans())}
+        availability = Availability(version, draw(st.sampled_from(EPOCHS)), amounts, totals, held)
     return PeerBackend(backend_id, normalize_advertised(attributes), availability)
 
 
@@ -103,7 +105,23 @@ def states(draw: st.DrawFn, max_jobs: int = 40) -> dict:
         LedgerEntry(pid, bid, draw(st.sampled_from(EPOCHS)), {t: draw(st.integers(0, 8)) for t in VARIANTS[:2]})
         for pid, bid in draw(st.lists(st.sampled_from(keys), max_size=4))
     ]
-    return {"peers": peers, "jobs": jobs, "ledger": ledger, "cap": draw(st.sampled_from([8, 8, 3, 1]))}
+    return {
+        "peers": peers,
+        "jobs": jobs,
+        "ledger": ledger,
+        "cap": draw(st.sampled_from([8, 8, 3, 1])),
+        **draw(extras(peer_ids, jobs, keys)),
+    }
+
+
+@st.composite
+def extras(draw: st.DrawFn, peer_ids: list[str], jobs: list[Candidate], keys: list[tuple[str, str]]) -> dict:
+    """Jobs in flight per peer, last tick's holds, and how long a job waits before it may hold."""
+    active = {pid: draw(st.integers(0, 3)) for pid in peer_ids if draw(st.booleans())}
+    previous = {c.job_id: draw(st.sampled_from(keys)) for c in jobs if keys and c.gate and draw(st.integers(0, 3)) == 0}
+    # Jobs are submitted at 0..5: NOW - 3 makes those submitted before 3 eligible.
+    reserve_after = draw(st.sampled_from([None, None, 0, NOW - 3, NOW - 3, 1]))
+    return {"active": active, "previous_holds": previous, "reserve_after": reserve_after}
 
 
 @st.composite
@@ -121,7 +139,8 @@ def contended_states(draw: st.DrawFn) -> dict:
                 band: {"h100": draw(st.sampled_from([0, 4, 8, 16]))}
                 for band in draw(st.lists(st.sampled_from(list(Band)), max_size=4, unique=True))
             }
-            availability = Availability(2, EPOCH, {"h100": draw(st.sampled_from([0, 4, 8, 12, 16, 24]))}, {}, held)
+            total = draw(st.sampled_from([{}, {"h100": 16}, {"h100": 32}, {"h100": 64}]))
+            availability = Availability(2, EPOCH, {"h100": draw(st.sampled_from([0, 4, 8, 12, 16, 24]))}, total, held)
             members.append(
                 PeerBackend(
                     f"b{b}", normalize_advertised({"device-type": ["gpu"], "device-variant": ["h100"]}), availability
@@ -139,4 +158,11 @@ def contended_states(draw: st.DrawFn) -> dict:
         )
         for i in range(draw(st.integers(1, 30)))
     ]
-    return {"peers": peers, "jobs": jobs, "ledger": [], "cap": draw(st.sampled_from([8, 8, 2]))}
+    keys = [(p.peer_id, b.backend_id) for p in peers for b in p.backends]
+    return {
+        "peers": peers,
+        "jobs": jobs,
+        "ledger": [],
+        "cap": draw(st.sampled_from([8, 8, 2])),
+        **draw(extras([p.peer_id for p in peers], jobs, keys)),
+    }

@@ -189,6 +189,32 @@ def test_ungated_jobs_spread_across_peers_instead_of_piling_on_the_first():
     assert [p.peer_id for p in result.promotions] == ["a", "b", "c", "a", "b", "c"]
 
 
+def test_ungated_spreading_lasts_across_ticks_by_counting_jobs_already_in_flight():
+    """One job per tick: without the count, every one would land on the first peer."""
+    peers = [peer(name, backend("cpu", free={})) for name in ("a", "b", "c")]
+    in_flight: dict[str, int] = {}
+    landed = []
+    for tick in range(6):
+        result = plan([cpu_job(f"/u/{tick}", submitted=tick)], peers, now_ms=NOW, active_jobs=in_flight)
+        (promotion,) = result.promotions
+        landed.append(promotion.peer_id)
+        in_flight[promotion.peer_id] = in_flight.get(promotion.peer_id, 0) + 1
+    assert landed == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_ungated_jobs_go_to_the_fewest_jobs_in_flight_plus_promotions_this_pass_ties_by_peer_id():
+    peers = [peer(name, backend("cpu", free={})) for name in ("a", "b", "c")]
+    result = plan([cpu_job(f"/u/{i}", submitted=i) for i in range(4)], peers, now_ms=NOW, active_jobs={"a": 3, "b": 1})
+    # loads (a, b, c): (3, 1, 0) -> c; (3, 1, 1) -> b; (3, 2, 1) -> c; (3, 2, 2) -> b, the lower id of a tie
+    assert [p.peer_id for p in result.promotions] == ["c", "b", "c", "b"]
+
+
+def test_a_tracked_backend_still_beats_a_shape_only_one_whatever_the_load():
+    peers = [peer("a", backend("cpu", free={})), peer("b", backend("cpu"))]
+    result = plan([cpu_job("/u/0")], peers, now_ms=NOW, active_jobs={"a": 9})
+    assert placed(result) == {"/u/0": ("a", "cpu")}
+
+
 def test_a_job_without_routing_constraints_is_force_routed_to_a_peer_without_backends():
     result = plan([cpu_job("/u/1")], [peer("bare")], now_ms=NOW)
     assert placed(result) == {"/u/1": ("bare", "")}

@@ -25,7 +25,16 @@ def run(state: dict, **overrides) -> PlacementResult:
         now_ms=NOW,
         max_per_peer=state["cap"],
         staleness_ms=STALENESS,
+        **extras(state),
     )
+
+
+def extras(state: dict) -> dict:
+    return {
+        "active_jobs": state["active"],
+        "previous_holds": state["previous_holds"],
+        "reserve_after_ms": state["reserve_after"],
+    }
 
 
 def reachable_backends(peers: list[PeerState]):
@@ -38,7 +47,13 @@ def reachable_backends(peers: list[PeerState]):
 @given(st.one_of(states(), contended_states()))
 def test_the_indexed_pass_decides_exactly_as_the_reference_scan(state):
     expected = reference_plan(
-        state["jobs"], state["peers"], state["ledger"], now_ms=NOW, max_per_peer=state["cap"], staleness_ms=STALENESS
+        state["jobs"],
+        state["peers"],
+        state["ledger"],
+        now_ms=NOW,
+        max_per_peer=state["cap"],
+        staleness_ms=STALENESS,
+        **extras(state),
     )
     assert as_reference_shape(run(state)) == expected
 
@@ -135,3 +150,35 @@ def test_the_output_ledger_carries_applicable_rows_and_this_pass_charges(state):
         (r.peer_id, r.backend_id) for r in result.ledger
     )
     assert all(all(v > 0 for v in r.reserved.values()) for r in result.ledger)
+
+
+@PROFILE
+@given(st.one_of(states(), contended_states()))
+def test_holds_are_one_per_backend_and_job_for_eligible_jobs_left_queued(state):
+    result = run(state)
+    jobs = {c.job_id: c for c in state["jobs"]}
+    pending = {p.job_id for p in result.pending}
+    assert len({h.key for h in result.holds}) == len(result.holds)
+    assert len({h.job_id for h in result.holds}) == len(result.holds)
+    for hold in result.holds:
+        candidate = jobs[hold.job_id]
+        assert hold.job_id in pending and candidate.gate
+        assert state["reserve_after"] and NOW - candidate.submitted_at_ms > state["reserve_after"]
+        assert candidate.pinned_peer_id in ("", hold.peer_id) and hold.peer_id not in candidate.avoided_peer_ids
+        backend = reachable_backends(state["peers"])[hold.key]
+        totals = backend.availability.total_amounts
+        assert all(token not in totals or totals[token] >= need for token, need in candidate.gate)
+    if not state["reserve_after"]:
+        assert result.holds == ()
+
+
+@PROFILE
+@given(st.one_of(states(), contended_states()))
+def test_nothing_behind_a_holder_in_the_queue_is_promoted_onto_its_backend(state):
+    result = run(state)
+    jobs = {c.job_id: c for c in state["jobs"]}
+    for hold in result.holds:
+        holder = jobs[hold.job_id].queue_key()
+        for promotion in result.promotions:
+            if (promotion.peer_id, promotion.backend_id) == hold.key:
+                assert jobs[promotion.job_id].queue_key() < holder

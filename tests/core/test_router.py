@@ -118,7 +118,8 @@ class TestLocal:
     def test_a_backend_without_totals_is_checked_on_shape_alone(self):
         for total in (None, {}):
             shape_only = local("gpu", total, device_type="gpu", device_variant="h100")
-            assert local_backends_for(gpu_job(count=1024), [shape_only]) == [shape_only]
+            huge = job(resources={"device": {"type": "gpu", "variant": "h100", "count": 8}, "replicas": 128})
+            assert local_backends_for(huge, [shape_only]) == [shape_only]
 
     def test_ungated_jobs_ignore_totals(self):
         tpu = local("v5p", {"v5p-8": 0}, device_type="tpu", device_variant="v5p-8")
@@ -143,7 +144,8 @@ class TestQueue:
 
     def test_capacity_does_not_matter_at_submit(self):
         full = peer("cw-rno2a", gpu("default", "h100", 0))
-        assert decide(gpu_job(count=4096), peers=[full]).disposition is Disposition.QUEUE
+        huge = job(resources={"device": {"type": "gpu", "variant": "h100", "count": 8}, "replicas": 512})
+        assert decide(huge, peers=[full]).disposition is Disposition.QUEUE
 
     def test_attributes_are_never_combined_across_backends(self):
         # One backend has the variant, another the region: neither hosts an h100 job in us-east.

@@ -190,8 +190,15 @@ class TestExamples:
 
 
 class TestOutput:
-    def test_the_document_has_exactly_the_five_keys(self):
-        assert list(simulate({"now_ms": NOW})) == ["decisions", "promotions", "pending", "expired", "ledger"]
+    def test_the_document_has_exactly_the_six_keys(self):
+        assert list(simulate({"now_ms": NOW})) == [
+            "decisions",
+            "promotions",
+            "pending",
+            "expired",
+            "ledger",
+            "reservations",
+        ]
 
     def test_decisions_follow_input_order_and_carry_four_fields(self):
         jobs = [cpu_job("/z/last", submitted=9), cpu_job("/a/first", submitted=1, priority_band="production")]
@@ -367,7 +374,9 @@ class TestLedger:
 
 class TestAvailabilityBlocks:
     def test_a_backend_without_availability_is_matched_on_shape_alone(self):
-        output = simulate(state(peer("cw", gpu_backend("d", "h100")), jobs=[gpu_job("/u/a", count=4096)]))
+        huge = gpu_job("/u/a", count=8)
+        huge["resources"]["replicas"] = 512
+        output = simulate(state(peer("cw", gpu_backend("d", "h100")), jobs=[huge]))
         assert output["promotions"] == [
             {
                 "job_id": "/u/a",
@@ -433,14 +442,22 @@ class TestInvalidInput:
             ),
             (
                 {"now_ms": NOW, "peer": []},
-                "unknown field(s) peer; accepted: now_ms, max_handoffs_per_cycle, heartbeat_staleness_ms, "
-                "local_backends, peers, jobs, ledger",
+                "unknown field(s) peer; accepted: now_ms, max_handoffs_per_cycle, reserve_after_ms, "
+                "heartbeat_staleness_ms, local_backends, peers, jobs, ledger",
             ),
             (
                 {"now_ms": NOW, "peers": [peer("a", reachble=True)]},
-                "peers[0]: unknown field(s) reachble; accepted: peer_id, reachable, last_contact_ms, backends",
+                "peers[0]: unknown field(s) reachble; accepted: peer_id, reachable, last_contact_ms, backends, "
+                "active_jobs",
             ),
             ({"now_ms": NOW, "max_handoffs_per_cycle": 0}, "max_handoffs_per_cycle: must be >= 1"),
+            ({"now_ms": NOW, "peers": [peer("a", active_jobs=-1)]}, "peers[0].active_jobs: must be >= 0"),
+            ({"now_ms": NOW, "peers": [peer("a", active_jobs="2")]}, "peers[0].active_jobs: must be an integer"),
+            ({"now_ms": NOW, "peers": [peer("a", active_jobs=1.5)]}, "peers[0].active_jobs: must be an integer"),
+            ({"now_ms": NOW, "peers": [peer("a", active_jobs=True)]}, "peers[0].active_jobs: must be an integer"),
+            ({"now_ms": NOW, "peers": [peer("a", active_jobs=None)]}, "peers[0].active_jobs: must be an integer"),
+            ({"now_ms": NOW, "reserve_after_ms": -1}, "reserve_after_ms: must be >= 0"),
+            ({"now_ms": NOW, "reserve_after_ms": "1800000"}, "reserve_after_ms: must be an integer"),
             ({}, "now_ms: is required"),
             (
                 {"now_ms": NOW, "jobs": [gpu_job("/u/a"), gpu_job("/u/b", count=0)]},
@@ -598,3 +615,96 @@ def test_every_queued_job_lands_in_exactly_one_place(document):
     assert keys == sorted(set(keys))
     assert all(amount > 0 for row in output["ledger"] for amount in row["reserved"].values())
     assert json.loads(json.dumps(output)) == output
+
+
+class TestCapacityContract:
+    """The contract of issue 13: reject what can never fit, spread by jobs in flight, hold for starving jobs."""
+
+    def h100_peer(self, peer_id: str, free: int, total: int | None = None, **fields: Any) -> dict[str, Any]:
+        block = gpu_backend("default", "h100", free)
+        if total is not None:
+            block["availability"]["total_amounts"] = {"h100": total}
+        return peer(peer_id, block, **fields)
+
+    def test_a_job_bigger_than_every_matching_total_is_rejected_with_the_reason(self):
+        output = simulate(state(self.h100_peer("cw-h100", 8, 8), jobs=[gpu_job("/a/big", count=16)]))
+        assert output["decisions"] == [
+            {
+                "job_id": "/a/big",
+                "disposition": "reject",
+                "pinned_peer_id": "",
+                "reason": (
+                    "Job /a/big needs 16 h100 on one backend; the largest that can host it is cw-h100/default "
+                    "with 8 in total"
+                ),
+            }
+        ]
+        assert (output["promotions"], output["pending"], output["reservations"]) == ([], [], [])
+
+    def test_shape_only_backends_and_missing_totals_count_as_possibly_large_enough(self):
+        for other in (peer("cw-shape", gpu_backend("default", "h100")), self.h100_peer("cw-nototal", 4)):
+            output = simulate(state(self.h100_peer("cw-h100", 8, 8), other, jobs=[gpu_job("/a/big", count=16)]))
+            assert dispositions(output) == {"/a/big": "queue"}
+
+    def test_ungated_jobs_spread_by_active_jobs_plus_promotions_so_far(self):
+        peers = [peer(name, gpu_backend("default", "h100", 0), active_jobs=n) for name, n in (("a", 2), ("b", 0))]
+        output = simulate(state(*peers, jobs=[cpu_job(f"/u/{i}", submitted=i) for i in range(4)]))
+        assert [p["peer_id"] for p in output["promotions"]] == ["b", "b", "a", "b"]
+        # Absent, active_jobs is 0: the original spread.
+        peers = [peer(name, gpu_backend("default", "h100", 0)) for name in ("a", "b")]
+        output = simulate(state(*peers, jobs=[cpu_job(f"/u/{i}", submitted=i) for i in range(4)]))
+        assert [p["peer_id"] for p in output["promotions"]] == ["a", "b", "a", "b"]
+
+    def stream(self, **fields: Any) -> dict[str, Any]:
+        jobs = [gpu_job("/alice/big", count=32, submitted=0), gpu_job("/bob/small", count=8, submitted=NOW - 10)]
+        return state(self.h100_peer("cw-h100", 8, 32), jobs=jobs, **fields)
+
+    def test_without_reserve_after_ms_existing_inputs_keep_their_meaning(self):
+        for fields in ({}, {"reserve_after_ms": None}, {"reserve_after_ms": 0}):
+            output = simulate(self.stream(**fields))
+            assert placed(output) == {"/bob/small": ("cw-h100", "default")}
+            assert output["reservations"] == []
+
+    def test_a_starving_job_reserves_the_backend_and_nothing_after_it_goes_there(self):
+        output = simulate(self.stream(reserve_after_ms=1_800_000 // 1000))
+        assert output["reservations"] == [
+            {
+                "job_id": "/alice/big",
+                "peer_id": "cw-h100",
+                "backend_id": "default",
+                "needs": {"h100": 32},
+                "available": {"h100": 8},
+            }
+        ]
+        assert output["promotions"] == []
+        [big, small] = output["pending"]
+        assert big["explanation"]["holding"]["text"] == "holding cw-h100/default for /alice/big (waiting 16 min)"
+        assert small["explanation"]["peers"][0]["backends"][0]["hold"] == big["explanation"]["holding"]["text"]
+
+    def test_eligibility_is_strictly_longer_than_reserve_after_ms(self):
+        assert simulate(self.stream(reserve_after_ms=NOW))["reservations"] == []  # waited exactly that long
+        assert len(simulate(self.stream(reserve_after_ms=NOW - 1))["reservations"]) == 1
+
+    def test_reservations_come_in_queue_order_one_per_backend(self):
+        jobs = [
+            gpu_job("/b/second", count=32, submitted=5),
+            gpu_job("/a/first", count=32, submitted=1, priority_band="production"),
+            gpu_job("/c/third", count=32, submitted=9),
+        ]
+        peers = [self.h100_peer("p1", 8, 32), self.h100_peer("p2", 16, 32)]
+        output = simulate(state(*peers, jobs=jobs, reserve_after_ms=1000))
+        assert [(r["job_id"], r["peer_id"]) for r in output["reservations"]] == [
+            ("/a/first", "p2"),
+            ("/b/second", "p1"),
+        ]
+
+    def test_the_example(self):
+        output = simulate(load("simulate-capacity.json"))
+        assert dispositions(output) == {
+            "/alice/big": "queue",
+            "/bob/small": "queue",
+            "/carol/huge": "reject",
+            "/dave/etl": "queue",
+        }
+        assert [r["job_id"] for r in output["reservations"]] == ["/alice/big"]
+        assert placed(output) == {"/dave/etl": ("cw-cpu", "default")}  # cw-h100 is held, even for CPU work

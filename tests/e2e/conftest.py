@@ -17,15 +17,19 @@ name: marin
 placement:
   tick_interval_seconds: 30
   sync_interval_seconds: 2
+federation:
+  service_principals: {"ml-platform@example.com": ["e2e_service_*"]}
 backends:
   - {id: cpu, kind: process, max_running_jobs: 4}
 peers:
   - id: cw-h100
     kind: agentless
     backends: [{id: default, kind: process, devices: {h100: 8}}]
+    allowed_submitters: [alice, bob]
   - id: cw-gb200
     kind: agentless
     backends: [{id: default, kind: process, devices: {gb200: 4}}]
+    allowed_submitters: [alice, bob]
 """
 
 

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
-from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.jobs import admitted_job_of, job_of
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
@@ -27,10 +26,6 @@ pytestmark = pytest.mark.e2e
 
 def gpu(variant: str, count: int, command: str, **extra: Any) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": variant, "count": count}}, **extra}
-
-
-def job_of(deployment: AirflowDeployment, run_id: str, dag_id: str = "e2e_job") -> str:
-    return str(deployment.xcom(dag_id, run_id, "run", key="iris_federation_job_id"))
 
 
 def test_a_gpu_job_from_conf_is_placed_on_the_peer_with_room_runs_and_fills_xcom(deployment, store):
@@ -91,12 +86,19 @@ def test_a_pinned_job_lands_on_its_pin(deployment, store):
 
 
 def test_failing_the_dag_run_while_queued_cancels_the_job_before_handoff(deployment, store):
-    # 8 gb200 on a peer that has 4: pinned there, it can only wait.
-    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 8, "echo never", target_cluster="cw-gb200")}, user="alice")
+    # cw-gb200's 4 gb200 are taken by a production job; a job pinned there can only wait. (A job
+    # needing more than the peer has in total is refused at submit instead: it could never run.)
+    blocker_run = deployment.trigger(
+        "e2e_job", {"job": gpu("gb200", 4, "sleep 600", priority_band="production")}, user="alice"
+    )
+    blocker = admitted_job_of(deployment, blocker_run)
+    _wait(lambda: store.get_job(blocker).state is JobState.RUNNING, "the blocker to run on cw-gb200")
+    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 4, "echo never", target_cluster="cw-gb200")}, user="alice")
     deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
     job_id = job_of(deployment, run)
     assert store.get_job(job_id).pending_reason == "Queued for peer cw-gb200 to report free capacity"
     deployment.set_run_state("e2e_job", run, "failed")
+    deployment.set_run_state("e2e_job", blocker_run, "failed")  # the blocker goes too (the tick cancels it)
     _wait(lambda: store.get_job(job_id).terminal, "the cancel to reach the store")
     job = store.get_job(job_id)
     assert (job.state, job.error, job.handoff_state) == (
@@ -107,6 +109,7 @@ def test_failing_the_dag_run_while_queued_cancels_the_job_before_handoff(deploym
     time.sleep(3)
     assert "promoted" not in [e.kind for e in store.events(job_id)]
     assert not list((deployment.home / "iris" / "cw-gb200" / "default" / "jobs").glob("alice__*never*"))
+    _wait(lambda: store.get_job(blocker).terminal, "the blocker to be cancelled", timeout=120)
 
 
 def test_a_malformed_conf_fails_the_task_naming_the_field_and_writes_nothing(deployment, store):
@@ -151,6 +154,7 @@ def test_a_job_failing_on_the_peer_fails_the_task_with_its_exit_code(deployment,
     assert deployment.wait_for_run("e2e_job", run) == "failed"
     log = deployment.task_log("e2e_job", run, "run")
     assert "is failed on peer cw-gb200" in log and "Replica 0 exited with code 7" in log
+    assert "Failed: replica 0 (exit code 7)." in log  # the replica, as the peer reported it
 
 
 def test_the_sensor_waits_for_a_job_and_succeeds_with_it(deployment, store):
@@ -171,53 +175,25 @@ def test_execution_timeout_holds_while_deferred_and_cancels_the_job(deployment, 
     assert "Timed out waiting for job" in deployment.task_log("e2e_timeout", run, "run")
 
 
-def test_a_worker_crash_mid_wait_reattaches_to_the_same_job(deployment, store):
-    run = deployment.trigger("e2e_job_on_worker", {"job": gpu("gb200", 1, "sleep 25; echo finished")}, user="alice")
-    deployment.wait_for_task_state("e2e_job_on_worker", run, "run", ("running",))
-    job_id = str(_wait(lambda: _job_for_run(store, run), "the job to be submitted"))
-    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
-    nonce = store.get_job(job_id).nonce
-    deployment.kill_component("scheduler")  # its LocalExecutor workers, and the task, die with it
-    deployment.start_component("scheduler")
-    assert deployment.wait_for_run("e2e_job_on_worker", run, timeout=240) == "success"
-    ti = deployment.task_instance("e2e_job_on_worker", run, "run")
-    assert ti["try_number"] >= 2
-    job = store.get_job(job_id)
-    assert job.nonce == nonce and job.state is JobState.SUCCEEDED
-    assert [e.kind for e in store.events(job_id)].count("admitted") == 1
-    assert "resubmitted" not in [e.kind for e in store.events(job_id)]
+def test_an_explicit_submitter_is_accepted_only_for_the_dags_the_cluster_file_allows(deployment, store):
+    allowed = deployment.trigger("e2e_service_job", user="bob")
+    assert deployment.wait_for_run("e2e_service_job", allowed) == "success"
+    job = store.get_job(job_of(deployment, allowed, "e2e_service_job"))
+    assert job.submitting_user == "ml-platform@example.com" and job.job_id.startswith("/ml-platform@example.com/")
+
+    refused = deployment.trigger("e2e_unlisted_principal", user="bob")
+    assert deployment.wait_for_run("e2e_unlisted_principal", refused) == "failed"
+    log = deployment.task_log("e2e_unlisted_principal", refused, "run")
+    assert "submitter 'ml-platform@example.com' is not allowed for DAG 'e2e_unlisted_principal'" in log
+    assert [j for j in store.list_jobs(limit=1000) if j.origin and j.origin.dag_id == "e2e_unlisted_principal"] == []
 
 
-def _job_for_run(store: FederationStore, run_id: str) -> str | None:
-    for job in store.list_jobs(limit=10_000):
-        if job.origin is not None and job.origin.run_id == run_id:
-            return job.job_id
-    return None
-
-
-def test_a_triggerer_restart_does_not_cancel_a_waiting_job(deployment, store):
-    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "sleep 12; echo survived")}, user="alice")
-    deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
-    job_id = job_of(deployment, run)
-    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
-    deployment.stop_component("triggerer")
-    deployment.start_component("triggerer")
-    assert deployment.wait_for_run("e2e_job", run, timeout=180) == "success"
-    job = store.get_job(job_id)
-    assert job.state is JobState.SUCCEEDED and job.cancel_intent_version == 0
-
-
-def test_marking_a_deferred_task_failed_cancels_its_running_job_on_the_peer(deployment, store):
-    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "sleep 120")}, user="alice")
-    deployment.wait_for_task_state("e2e_job", run, "run", ("deferred",))
-    job_id = job_of(deployment, run)
-    _wait(lambda: store.get_job(job_id).state is JobState.RUNNING, "the job to run on the peer")
-    response = deployment.api(
-        "PATCH", f"/api/v2/dags/e2e_job/dagRuns/{run}/taskInstances/run", json={"new_state": "failed"}
+def test_an_agentless_peer_admits_only_its_allowed_submitters(deployment, store):
+    run = deployment.trigger("e2e_job", {"job": gpu("gb200", 1, "echo never")}, user="admin")
+    assert deployment.wait_for_run("e2e_job", run) == "failed"
+    job = store.get_job(job_of(deployment, run))
+    assert (job.state, job.handoff_state) == (JobState.KILLED, HandoffState.REJECTED)
+    assert job.error == (
+        "Peer cw-gb200 rejected the handoff: Submitter 'admin' is not admitted for federation to this cluster "
+        "(allowed_submitters of peer cw-gb200 in the cluster file)"
     )
-    assert response.status_code == 200, response.text
-    _wait(lambda: store.get_job(job_id).state is JobState.KILLED, "the peer to report the job killed", timeout=60)
-    job = store.get_job(job_id)
-    # The trigger's on_kill and the tick's check of the failed task may both ask: either is enough.
-    assert job.cancel_intent_version >= 1 and job.cancel_delivered_version == job.cancel_intent_version
-    assert job.handoff_state is HandoffState.HANDED_OFF  # it reached the peer; the cancel followed it there

@@ -24,6 +24,7 @@ from devtools.browser import chromium, chromium_path, page_url, sign_in
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.jobs import admitted_job_of
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
@@ -36,22 +37,6 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
 PINNED_REASON = "Queued for peer cw-gb200 to report free capacity"
 
 
-def _job_of(deployment: AirflowDeployment, run_id: str) -> str:
-    """The job a run's task submitted (its id is in XCom once the job is admitted)."""
-
-    def lookup() -> str | None:
-        try:
-            return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
-        except httpx.HTTPStatusError as error:
-            if error.response.status_code != 404:
-                raise
-        if deployment.task_instance("e2e_job", run_id, "run").get("state") in ("failed", "upstream_failed"):
-            raise AssertionError(f"{run_id} failed:\n{deployment.task_log('e2e_job', run_id, 'run')}")
-        return None
-
-    return str(_wait(lookup, f"the job id of {run_id}"))
-
-
 @pytest.fixture(scope="module")
 def scenario(deployment: AirflowDeployment, store: FederationStore) -> Iterator[dict[str, str]]:
     gb200 = {"type": "gpu", "variant": "gb200", "count": 4}
@@ -60,14 +45,14 @@ def scenario(deployment: AirflowDeployment, store: FederationStore) -> Iterator[
         {"job": {"command": "sleep 600", "resources": {"device": gb200}, "priority_band": "production"}},
         user="alice",
     )
-    blocker = _job_of(deployment, blocker_run)
+    blocker = admitted_job_of(deployment, blocker_run)
     _wait(lambda: store.get_job(blocker).state is JobState.RUNNING, "the blocker to run on cw-gb200")
     pinned_run = deployment.trigger(
         "e2e_job",
         {"job": {"command": "echo never", "resources": {"device": gb200}, "target_cluster": "cw-gb200"}},
         user="bob",
     )
-    pinned = _job_of(deployment, pinned_run)
+    pinned = admitted_job_of(deployment, pinned_run)
     time.sleep(5)  # several ticks (sync every 2 s): it must still be waiting for the full peer
     job = store.get_job(pinned)
     assert job.handoff_state is HandoffState.QUEUED and job.pending_reason == PINNED_REASON
@@ -221,3 +206,30 @@ def test_in_chromium_the_dark_theme_renders_and_a_viewer_gets_no_cancel_button(d
     detail.get_by_test_id("history").wait_for()
     assert detail.get_by_role("button", name="Cancel job").count() == 0
     assert errors == []
+
+
+def test_in_chromium_a_queued_job_no_backend_could_ever_hold_is_marked(deployment, store, browser):
+    """Queued when a larger backend was there (written straight into the store: submit would now
+    reject it), a 16-h100 job against peers of 8 at most stays queued, marked, and says why."""
+    from iris_airflow_provider.core.model import parse_job
+    from iris_airflow_provider.core.states import Direction
+    from iris_airflow_provider.store.records import NewIncarnation
+
+    job_id = "/alice/too-big"
+    spec = parse_job({"job_id": job_id, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 16}}})
+    store.admit(NewIncarnation(spec, direction=Direction.SENT, submitting_user="alice"), now_ms=int(time.time() * 1000))
+    errors: list[str] = []
+    try:
+        page = _open_page(browser, deployment, "alice", "light", errors)
+        row = page.locator(f'tr[data-job-id="{job_id}"]')
+        row.get_by_test_id("never-fits").wait_for()
+        assert row.get_by_test_id("never-fits").inner_text() == "can never fit"
+        row.get_by_role("link", name=job_id).click()
+        explanation = page.get_by_test_id("job-detail").get_by_test_id("explanation")
+        explanation.get_by_text("No reachable backend can ever hold it", exact=False).first.wait_for()
+        assert "the largest that can host it is cw-h100/default with 8 in total" in explanation.inner_text()
+        page.screenshot(path=str(ARTIFACTS / "job-never-fits.png"))
+        assert errors == []
+    finally:
+        response = deployment.api("POST", f"{API}/jobs/cancel", params={"job_id": job_id})
+        assert response.status_code == 200, response.text

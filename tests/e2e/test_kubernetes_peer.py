@@ -38,6 +38,7 @@ backends:
 peers:
   - id: cw-k8s
     kind: agentless
+    allowed_submitters: [alice]
     backends:
       - id: default
         kind: kubernetes

@@ -3,7 +3,8 @@
 Both run the provider on their own AIRFLOW_HOME, port, metadata database and federation store
 (PostgreSQL). The parent reaches the peer's API through a loopback proxy that can lose one answer
 on purpose; calls are signed with real Ed25519 keys; the peer trusts the parent's public key and
-admits submitters ``*@example.com`` and ``alice``.
+admits submitters ``*@example.com`` and ``alice``. The peer's ``one-at-a-time`` backend queues work
+at its ``max_running_jobs``, so the parent must not take its advertised free devices at face value.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.store.store import FederationStore
 from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.jobs import admitted_job_of, job_of
 from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
@@ -62,7 +64,7 @@ name: marin
 placement: {{sync_interval_seconds: 2}}
 federation: {{private_key: {root / "marin.key"}}}
 backends: [{{id: cpu, kind: process, max_running_jobs: 4}}]
-peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}"}}]
+peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}", allow_insecure_http: true}}]
 """
     )
     (root / "peer.yaml").write_text(
@@ -75,7 +77,10 @@ federation:
     marin: {{public_key: {root / "marin.pub"}}}
     rogue: {{public_key: {root / "rogue.pub"}}}
   allowed_submitters: ["*@example.com", "alice"]
-backends: [{{id: default, kind: process, devices: {{h100: 8}}}}]
+backends:
+  - {{id: default, kind: process, devices: {{h100: 8}}}}
+  # Runs one job at a time and queues the rest, advertising the devices they will take as free.
+  - {{id: one-at-a-time, kind: process, devices: {{a100: 8}}, max_running_jobs: 1}}
 """
     )
     with (
@@ -120,10 +125,6 @@ backends: [{{id: default, kind: process, devices: {{h100: 8}}}}]
 
 def gpu(command: str, **extra: Any) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 2}}, **extra}
-
-
-def job_of(deployment: AirflowDeployment, run_id: str) -> str:
-    return str(deployment.xcom("e2e_job", run_id, "run", key="iris_federation_job_id"))
 
 
 def on_peer(job_id: str) -> str:
@@ -182,11 +183,11 @@ def test_a_submitter_the_peer_does_not_admit_is_rejected_and_nothing_runs_there(
 
 def test_forged_expired_and_misdirected_tokens_are_refused(federation):
     marin_key, _ = federation.keys["marin"]
-    good = TokenMinter("marin", marin_key).mint()
+    good = TokenMinter("marin", marin_key).mint("cw-east")
     assert call_peer(federation, "GET", "/backends", good).status_code == 200
-    forged = TokenMinter("marin", generate_keypair()[0]).mint()  # signed with someone else's key
-    expired = TokenMinter("marin", marin_key, clock=lambda: time.time() - 3600).mint()
-    stranger = TokenMinter("nobody", generate_keypair()[0]).mint()
+    forged = TokenMinter("marin", generate_keypair()[0]).mint("cw-east")  # signed with someone else's key
+    expired = TokenMinter("marin", marin_key, clock=lambda: time.time() - 3600).mint("cw-east")
+    stranger = TokenMinter("nobody", generate_keypair()[0]).mint("cw-east")
     for token in (None, "not-a-jwt", forged, expired, stranger, _wrong_audience(marin_key)):
         response = call_peer(federation, "GET", "/backends", token)
         assert response.status_code == 401, (token, response.text)
@@ -195,7 +196,7 @@ def test_forged_expired_and_misdirected_tokens_are_refused(federation):
     run = federation.parent.trigger("e2e_job", {"job": gpu("sleep 1")}, user="alice")
     assert federation.parent.wait_for_run("e2e_job", run) == "success"
     job_id = job_of(federation.parent, run)
-    rogue = TokenMinter("rogue", federation.keys["rogue"][0]).mint
+    rogue = partial(TokenMinter("rogue", federation.keys["rogue"][0]).mint, "cw-east")
     synced = call_peer(federation, "POST", "/sync", rogue(), json={"cursor": ""}).json()
     assert synced["deltas"] == []
     assert call_peer(federation, "POST", "/terminate", rogue(), json={"job_id": job_id}).status_code == 404
@@ -208,7 +209,9 @@ def test_forged_expired_and_misdirected_tokens_are_refused(federation):
         json={"job_id": "/alice/spoof", "nonce": "n", "requester": "marin", "submitting_user": "alice", "spec": {}},
     )
     assert spoof.status_code == 403 and "does not match the authenticated peer 'rogue'" in spoof.json()["message"]
-    marin_view = call_peer(federation, "POST", "/sync", TokenMinter("marin", marin_key).mint(), json={"cursor": ""})
+    marin_view = call_peer(
+        federation, "POST", "/sync", TokenMinter("marin", marin_key).mint("cw-east"), json={"cursor": ""}
+    )
     assert job_id in {delta["job_id"] for delta in marin_view.json()["deltas"]}
 
 
@@ -287,3 +290,94 @@ def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federati
         "success",
         "success",
     ]
+
+
+def a100(count: int, command: str) -> dict[str, Any]:
+    return {"command": command, "resources": {"device": {"type": "gpu", "variant": "a100", "count": count}}}
+
+
+def heartbeats_after(federation: Federation, count: int) -> None:
+    """Wait until the parent has heartbeated the peer ``count`` more times (ticks, not seconds)."""
+    seen: set[int] = set()
+
+    def enough() -> bool:
+        record = next(p for p in federation.parent_store.peers() if p.peer_id == "cw-east")
+        if record.last_contact_ms is not None:
+            seen.add(record.last_contact_ms)
+        return len(seen) > count
+
+    _wait(enough, f"{count} more heartbeats of cw-east")
+
+
+def test_a_peer_backend_that_queues_work_is_never_double_booked(federation, tmp_path):
+    """8 a100, one job at a time: while one runs on 2, the peer advertises 6 free on every heartbeat,
+    and a job handed to it waits in its queue holding nothing. The parent hands it one 4-GPU job, not
+    one per tick, and the next only once the peer's reports show the first running there."""
+    parent, store = federation.parent, federation.parent_store
+    gate = tmp_path / "release-first"
+    first_run = parent.trigger("e2e_job", {"job": a100(2, f"while [ ! -e {gate} ]; do sleep 0.1; done")}, user="alice")
+    first = admitted_job_of(parent, first_run)
+    _wait(lambda: store.get_job(first).state is JobState.RUNNING, "the first job to run on the peer")
+    runs = [parent.trigger("e2e_job", {"job": a100(4, f"sleep 1; echo queued {n}")}, user="alice") for n in range(3)]
+    queued = [admitted_job_of(parent, run) for run in runs]
+    _wait(lambda: sum(store.get_job(j).handoff_state is HandoffState.HANDED_OFF for j in queued) >= 1, "a handoff")
+    heartbeats_after(federation, 3)
+    states = [store.get_job(j).handoff_state for j in queued]
+    assert sorted(states) == sorted([HandoffState.HANDED_OFF, HandoffState.QUEUED, HandoffState.QUEUED]), states
+    handed = next(j for j in queued if store.get_job(j).handoff_state is HandoffState.HANDED_OFF)
+    assert federation.peer_store.get_job(on_peer(handed)).state is JobState.PENDING  # queued there, holding nothing
+    [backend] = [
+        b for p in store.peer_states() if p.peer_id == "cw-east" for b in p.backends if b.backend_id == "one-at-a-time"
+    ]
+    assert backend.availability.amounts == {"a100": 6}  # what the peer advertises, heartbeat after heartbeat
+    waiting = next(j for j in queued if j != handed)
+    explained = parent.api("GET", "/iris/federation/ui/api/jobs/explain", params={"job_id": waiting}).json()
+    assert "4 a100 reserved for jobs handed off and not yet running there" in explained["summary"], explained
+    peers = parent.api("GET", "/iris/federation/ui/api/peers").json()["peers"]
+    [shown] = [b for p in peers for b in p["backends"] if b["backend_id"] == "one-at-a-time"]
+    assert shown["reserved"] == {"a100": 4} and shown["reserved_jobs"] == [handed]
+
+    gate.touch()  # the first ends; the queued one starts there, and the others follow as room shows
+    for run in (first_run, *runs):
+        assert parent.wait_for_run("e2e_job", run, timeout=240) == "success"
+    assert all(federation.peer_store.get_job(on_peer(j)).backend_id == "one-at-a-time" for j in queued)
+
+
+def test_nothing_done_to_the_peers_runner_run_ends_the_job_it_mirrors(federation, tmp_path):
+    """The runner run is the peer operators' mirror of a job marin owns: clearing its task, marking
+    it failed, the peer's scheduler crashing and restarting, and failing the run leave the job
+    running; it ends as it would have, and marin's task gets its result."""
+    parent, peer = federation.parent, federation.peer
+    gate = tmp_path / "go"
+    run = parent.trigger(
+        "e2e_job", {"job": gpu(f"while [ ! -e {gate} ]; do sleep 0.2; done; echo mirrored")}, user="alice"
+    )
+    parent.wait_for_task_state("e2e_job", run, "run", ("deferred",))
+    job_id = job_of(parent, run)
+    _wait(
+        lambda: (j := federation.peer_store.get_job(on_peer(job_id))) is not None and j.state is JobState.RUNNING,
+        "the job to run on the peer",
+    )
+    runner = runner_runs(peer, on_peer(job_id))[0]["dag_run_id"]
+    peer.wait_for_task_state(RUNNER_DAG_ID, runner, "run", ("deferred",))
+
+    peer.clear_task(RUNNER_DAG_ID, runner, "run")  # a new try watches the same incarnation
+    _wait(lambda: peer.task_instance(RUNNER_DAG_ID, runner, "run")["try_number"] == 2, "the runner's next try")
+    peer.wait_for_task_state(RUNNER_DAG_ID, runner, "run", ("deferred",))
+    peer.set_task_state(RUNNER_DAG_ID, runner, "run", "failed")
+    peer.kill_component("scheduler")  # a scheduler failing over
+    peer.start_component("scheduler")
+    peer.set_run_state(RUNNER_DAG_ID, runner, "failed")
+    acted_ms = int(time.time() * 1000)
+    peer.wait_for_tick(after_ms=acted_ms)
+    parent.wait_for_tick(after_ms=acted_ms)  # marin has synced the job since
+    received = federation.peer_store.get_job(on_peer(job_id))
+    assert (received.state, received.cancel_intent_version) == (JobState.RUNNING, 0)
+    assert federation.parent_store.get_job(job_id).state is JobState.RUNNING
+
+    gate.touch()
+    assert parent.wait_for_run("e2e_job", run) == "success"
+    assert parent.xcom("e2e_job", run, "run")["state"] == "succeeded"
+    received = federation.peer_store.get_job(on_peer(job_id))
+    assert (received.state, received.cancel_intent_version) == (JobState.SUCCEEDED, 0)
+    assert "cancel_requested" not in [e.kind for e in federation.peer_store.events(on_peer(job_id))]

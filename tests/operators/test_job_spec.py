@@ -30,6 +30,16 @@ def test_the_job_id_is_derived_from_the_task_instance_and_its_submitter(tmp_path
     assert task.job_spec(context).job_id == "/alice@example.com/train.fit.manual__1.2"
 
 
+def test_a_derived_job_id_always_meets_the_job_id_rule(tmp_path: Path) -> None:
+    task, context = operator(tmp_path, job={"command": "true"})
+    context["dag_run"] = SimpleNamespace(triggering_user_name="Zoë O'Brien\x00")
+    context["ti"] = SimpleNamespace(
+        dag_id="etl.", task_id=".load", run_id="manual__2026-01-01T00:00:00+00:00", map_index=-1
+    )
+    job_id = task.job_spec(context).job_id
+    assert job_id == "/Zo_O_Brien_/etl.load.manual__2026-01-01T00:00:00+00:00"  # no '..': Airflow refuses it in run ids
+
+
 def test_a_workdir_beside_the_dag_file_travels_and_the_jobs_own_files_win(tmp_path: Path) -> None:
     code = tmp_path / "dags" / "code"
     code.mkdir(parents=True)
@@ -72,3 +82,15 @@ def test_a_job_id_in_another_users_namespace_fails_the_task_before_anything_is_w
         task.job_spec(context)
     assert f"job_id {job_id!r} is outside the submitter's namespace" in str(caught.value)
     assert "/alice@example.com/<name>" in str(caught.value)
+
+
+def test_workdir_files_that_collide_with_the_jobs_own_fail_the_task_before_anything_is_written(tmp_path: Path) -> None:
+    code = tmp_path / "dags" / "code"
+    (code / "data").mkdir(parents=True)
+    (code / "data" / "train.csv").write_text("1,2\n")
+    task, context = operator(
+        tmp_path, job={"command": "true", "files": {"data": "a file, not a directory"}}, workdir="code"
+    )
+    with pytest.raises(AirflowFailException) as caught:
+        task.job_spec(context)
+    assert str(caught.value) == "Invalid job:\njob.files: 'data' is a file and a directory of 'data/train.csv'"

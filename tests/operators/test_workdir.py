@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from iris_airflow_provider.core.model import MAX_FILES, MAX_FILES_BYTES, file_bytes, parse_job
+from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.limits import MAX_FILES, MAX_FILES_BYTES
+from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
 
 

@@ -5,67 +5,20 @@ is classified for the caller's retry policy."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Response
 
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.hooks import runtime
 from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
-from iris_airflow_provider.peers.identity import TokenMinter, TokenVerifier, generate_keypair
+from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.plugins.peer_api import app
-from iris_airflow_provider.store.store import FederationStore
-from tests.receiving_peer import Peer, stop_all_jobs
-
-MARIN_PRIVATE, MARIN_PUBLIC = generate_keypair()
-OTHER_PRIVATE, OTHER_PUBLIC = generate_keypair()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-def serve() -> Iterator[object]:
-    """Serve an ASGI app on a loopback port for the test; yields a function returning its URL."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(asgi: FastAPI) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        servers.append((server, thread))
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
-@pytest.fixture
-def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[Peer]:
-    receiving = Peer(tmp_path, sqlite_store)
-    verifier = TokenVerifier({"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
-    monkeypatch.setattr(runtime, "get_receiver", lambda start_run: receiving.receiver)
-    monkeypatch.setattr(runtime, "get_verifier", lambda: verifier)
-    yield receiving
-    stop_all_jobs(receiving)
+from tests.peers.conftest import MARIN_PRIVATE, OTHER_PRIVATE, free_port
+from tests.receiving_peer import Peer
 
 
 @pytest.fixture
@@ -76,7 +29,7 @@ def url(peer: Peer, serve) -> str:  # type: ignore[no-untyped-def]
 
 
 def marin(url: str, **kwargs: float) -> AirflowPeer:
-    return AirflowPeer("cw-east", url, TokenMinter("marin", MARIN_PRIVATE), **kwargs)
+    return AirflowPeer("cw-east", url, TokenMinter("marin", MARIN_PRIVATE), allow_insecure_http=True, **kwargs)
 
 
 def handoff(
@@ -175,7 +128,7 @@ def test_another_incarnation_still_running_is_already_exists(url: str) -> None:
 
 def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str, peer: Peer) -> None:
     marin(url).deliver(handoff())
-    west = AirflowPeer("cw-east", url, TokenMinter("cw-west", OTHER_PRIVATE))
+    west = AirflowPeer("cw-east", url, TokenMinter("cw-west", OTHER_PRIVATE), allow_insecure_http=True)
     assert "/alice/train" not in west.sync(["/alice/train"], "").reports
     assert west.cancel("/alice/train") is False
     assert not peer.store.get_job("marin:/alice/train").cancel_requested
@@ -183,7 +136,7 @@ def test_a_peer_may_not_touch_jobs_another_peer_handed_off(url: str, peer: Peer)
 
 
 def test_a_cluster_the_peer_does_not_trust_is_unauthenticated_which_is_retried(url: str) -> None:
-    stranger = AirflowPeer("cw-east", url, TokenMinter("marin", generate_keypair()[0]))
+    stranger = AirflowPeer("cw-east", url, TokenMinter("marin", generate_keypair()[0]), allow_insecure_http=True)
     says = refused(stranger.heartbeat, PeerErrorCode.UNAUTHENTICATED)
     assert "Signature verification failed" in says
 

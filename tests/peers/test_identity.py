@@ -1,4 +1,5 @@
-"""Signed peer identity: which tokens a cluster accepts from its peers, and which it refuses and why."""
+"""Signed peer identity: which tokens a cluster accepts from its peers, and which it refuses and why.
+(Refusing a reused token needs the store: tests/peers/test_single_use_tokens.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 
 from iris_airflow_provider.peers.identity import (
-    AUDIENCE,
     ROLE,
     TokenMinter,
     TokenVerifier,
@@ -27,7 +27,8 @@ OTHER_PRIVATE, OTHER_PUBLIC = generate_keypair()
 
 @pytest.fixture
 def verifier() -> TokenVerifier:
-    return TokenVerifier({"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
+    """Cluster cw-east, trusting marin and cw-west."""
+    return TokenVerifier("cw-east", {"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
 
 
 def bearer(token: str) -> str:
@@ -37,7 +38,7 @@ def bearer(token: str) -> str:
 def hand_made(private_pem: str, **overrides: Any) -> str:
     """A token with the claims a minter would put in, some of them overridden (``None`` drops one)."""
     now = int(time.time())
-    claims = {"iss": "marin", "sub": "marin", "aud": AUDIENCE, "role": ROLE, "iat": now, "exp": now + 300, "jti": "x"}
+    claims = {"iss": "marin", "sub": "marin", "aud": "cw-east", "role": ROLE, "iat": now, "exp": now + 300, "jti": "x"}
     claims.update(overrides)
     claims = {name: value for name, value in claims.items() if value is not None}
     key = serialization.load_pem_private_key(private_pem.encode(), password=None)
@@ -51,15 +52,29 @@ def refusal(verifier: TokenVerifier, authorization: str | None) -> str:
 
 
 def test_a_minted_token_names_the_calling_cluster(verifier: TokenVerifier) -> None:
-    assert verifier.verify(bearer(TokenMinter("marin", MARIN_PRIVATE).mint())) == "marin"
-    assert verifier.verify(bearer(TokenMinter("cw-west", OTHER_PRIVATE).mint())) == "cw-west"
+    assert verifier.verify(bearer(TokenMinter("marin", MARIN_PRIVATE).mint("cw-east"))).peer == "marin"
+    assert verifier.verify(bearer(TokenMinter("cw-west", OTHER_PRIVATE).mint("cw-east"))).peer == "cw-west"
 
 
-def test_every_token_is_unique_and_short_lived() -> None:
+def test_every_token_is_unique_short_lived_and_for_one_receiver() -> None:
     minter = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: 1_000_000)
-    first, second = (jwt.decode(minter.mint(), options={"verify_signature": False}) for _ in range(2))
+    first, second = (jwt.decode(minter.mint("cw-east"), options={"verify_signature": False}) for _ in range(2))
     assert first["jti"] != second["jti"]
-    assert first["exp"] - first["iat"] == 300 and first["aud"] == AUDIENCE and first["role"] == ROLE
+    assert first["exp"] - first["iat"] == 300 and first["aud"] == "cw-east" and first["role"] == ROLE
+
+
+def test_the_verified_token_says_until_when_a_reuse_must_be_refused(verifier: TokenVerifier) -> None:
+    now = int(time.time())
+    token = verifier.verify(bearer(hand_made(MARIN_PRIVATE, iat=now, exp=now + 300, jti="abc")))
+    assert (token.peer, token.jti) == ("marin", "abc")
+    assert token.usable_until_ms == (now + 300 + 30) * 1000  # its expiry plus the clock leeway
+
+
+def test_a_token_for_another_peer_is_refused_naming_both_clusters(verifier: TokenVerifier) -> None:
+    for_west = TokenMinter("marin", MARIN_PRIVATE).mint("cw-west")  # marin's call to cw-west, replayed here
+    says = refusal(verifier, bearer(for_west))
+    assert "meant for 'cw-west', not for this cluster ('cw-east')" in says
+    assert "'marin' must name this peer 'cw-east' in its cluster file" in says
 
 
 @pytest.mark.parametrize(
@@ -75,32 +90,40 @@ def test_a_missing_or_malformed_token_is_refused(verifier: TokenVerifier, author
 
 
 def test_a_token_from_a_cluster_not_configured_here_is_refused(verifier: TokenVerifier) -> None:
-    token = TokenMinter("stranger", generate_keypair()[0]).mint()
+    token = TokenMinter("stranger", generate_keypair()[0]).mint("cw-east")
     assert "'stranger', which is not a trusted federation peer here" in refusal(verifier, bearer(token))
 
 
 def test_a_token_signed_with_another_clusters_key_is_refused(verifier: TokenVerifier) -> None:
-    forged = TokenMinter("marin", OTHER_PRIVATE).mint()  # cw-west pretending to be marin
+    forged = TokenMinter("marin", OTHER_PRIVATE).mint("cw-east")  # cw-west pretending to be marin
     assert "Signature verification failed" in refusal(verifier, bearer(forged))
 
 
 def test_an_expired_token_is_refused_beyond_the_clock_leeway(verifier: TokenVerifier) -> None:
     ten_minutes_ago = time.time() - 600
-    expired = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: ten_minutes_ago).mint()
+    expired = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: ten_minutes_ago).mint("cw-east")
     assert "expired" in refusal(verifier, bearer(expired))
-    slightly_skewed = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: time.time() - 310).mint()
-    assert verifier.verify(bearer(slightly_skewed)) == "marin"
+    slightly_skewed = TokenMinter("marin", MARIN_PRIVATE, clock=lambda: time.time() - 310).mint("cw-east")
+    assert verifier.verify(bearer(slightly_skewed)).peer == "marin"
 
 
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
-        ({"aud": "airflow"}, "Audience doesn't match"),
+        ({"aud": "airflow"}, "meant for 'airflow', not for this cluster ('cw-east')"),
+        ({"aud": "federation"}, "meant for 'federation'"),  # the audience every token carried before
+        ({"aud": ["cw-east", "cw-west"]}, "meant for ['cw-east', 'cw-west']"),  # one token for two peers
         ({"aud": None}, 'Token is missing the "aud" claim'),
         ({"jti": None}, 'Token is missing the "jti" claim'),
         ({"sub": "cw-west"}, "is not a federation-peer token"),
         ({"role": "admin"}, "is not a federation-peer token"),
         ({"exp": int(time.time()) + 86_400}, "lives longer than 300 s"),
+        # Issued in the future, so that it would outlive what the receiver remembers.
+        ({"iat": int(time.time()) + 3_600, "exp": int(time.time()) + 3_900}, "not yet valid (iat)"),
+        ({"jti": ""}, "needs a jti of 1 to 128 printable ASCII characters"),
+        ({"jti": "j" * 129}, "needs a jti of 1 to 128 printable ASCII characters"),
+        ({"jti": "j\x00"}, "needs a jti of 1 to 128 printable ASCII characters"),  # the store keeps it
+        ({"jti": 7}, "JWT ID must be a string"),
     ],
 )
 def test_a_token_with_the_wrong_claims_is_refused(
@@ -122,7 +145,7 @@ def test_only_ed25519_keys_are_accepted() -> None:
     with pytest.raises(ValueError, match="must be an Ed25519 key"):
         TokenMinter("marin", private)
     with pytest.raises(ValueError, match="public key of peer 'marin' must be an Ed25519 key"):
-        TokenVerifier({"marin": public})
+        TokenVerifier("cw-east", {"marin": public})
 
 
 def test_a_key_is_read_inline_or_from_a_file(tmp_path: Any) -> None:

@@ -175,7 +175,8 @@ def test_a_peer_removed_from_the_cluster_file_is_lost_at_once(lite: World) -> No
     federation = lite.federation()
     federation.submit(spec("/alice/there", lite.held("there"), h100=1), submitting_user=ALICE)
     tick_until(federation, lite.store, "/alice/there", JobState.RUNNING)
-    federation.submit(spec("/alice/waiting", h100=64, pin="cw-h100"), submitting_user=ALICE)  # never fits
+    # Pinned, and queued behind the running one: 4 h100 is all the peer has.
+    federation.submit(spec("/alice/waiting", h100=4, pin="cw-h100"), submitting_user=ALICE)
     without = lite.federation({"cw-gb200": lite.peers["cw-gb200"]})
     report = without.tick()
     assert sorted(report.lost) == ["/alice/there", "/alice/waiting"]

@@ -49,7 +49,7 @@ def test_a_gs_path_bound_for_an_s3_only_peer_is_flagged_before_the_handoff(world
 
 
 def test_explain_shows_which_backends_cannot_read_a_queued_jobs_paths(world: World) -> None:
-    world.add_peer("cw-east", S3_ONLY, h200=4)
+    world.add_peer("cw-east", S3_ONLY, h200=8)
     federation = world.federation()
     federation.submit(gpu_job("/alice/big", count=8, MARIN_PREFIX="gs://marin/x"), submitting_user=ALICE)
     job = world.job("/alice/big")

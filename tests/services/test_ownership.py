@@ -9,6 +9,7 @@ import pytest
 from iris_airflow_provider.core.ownership import OwnershipError
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.services.job_views import job_details
+from iris_airflow_provider.services.submit import IdentityError
 from iris_airflow_provider.store.records import NewIncarnation, Origin
 from tests.services.world import ALICE, World, event_kinds, spec, tick_until
 
@@ -115,3 +116,22 @@ def test_a_job_document_shows_only_its_current_incarnation(lite: World) -> None:
     done = tick_until(federation, lite.store, "/alice/model", JobState.SUCCEEDED)
     tail = job_details(federation, done, lite.clock())["output_tail"]
     assert "[replica 0] second run" in tail and all("first run" not in line for line in tail)
+
+
+def test_an_agentless_peer_admits_only_its_allowed_submitters(world: World) -> None:
+    """The admission an Airflow peer applies to itself, applied by the parent for a peer with no agent."""
+    federation = world.federation()
+    job = spec("/mallory/train", h100=1)
+    federation.submit(job, submitting_user=MALLORY.replace("example.com", "evil.example"), origin=VICTIM)
+    rejected = tick_until(federation, world.store, "/mallory/train", JobState.KILLED)
+    assert rejected.error == (
+        "Peer cw-h100 rejected the handoff: Submitter 'mallory@evil.example' is not admitted for federation to "
+        "this cluster (allowed_submitters of peer cw-h100 in the cluster file)"
+    )
+    assert world.peer_backend("cw-h100").status("/mallory/train") is None  # nothing reached its backend
+
+
+def test_an_explicit_submitter_needs_the_cluster_files_leave_for_the_dag(lite: World) -> None:
+    federation = lite.federation()
+    with pytest.raises(IdentityError, match=r"submitter 'ml-platform@example\.com' is not allowed for DAG 'etl'"):
+        federation.check_service_principal("ml-platform@example.com", "etl")

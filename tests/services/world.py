@@ -191,11 +191,13 @@ def cluster_config(tmp_path: Path, **placement: Any) -> ClusterConfig:
                     "id": "cw-h100",
                     "kind": "agentless",
                     "backends": [{"id": "default", "kind": "process", "devices": {"h100": 4}}],
+                    "allowed_submitters": ["*@example.com"],
                 },
                 {
                     "id": "cw-gb200",
                     "kind": "agentless",
                     "backends": [{"id": "default", "kind": "process", "devices": {"gb200": 2}}],
+                    "allowed_submitters": ["*@example.com"],
                 },
             ],
         }
@@ -230,7 +232,7 @@ class World:
     def add_peer(self, peer_id: str, attributes: dict[str, list[str]] | None = None, **devices: int) -> ScriptedPeer:
         """Another agentless peer on a real process backend (stopped with the world)."""
         backend = ProcessBackend("default", self.tmp_path / peer_id, devices=devices, attributes=attributes)
-        self.real_peers[peer_id] = AgentlessPeer(peer_id, [backend])
+        self.real_peers[peer_id] = AgentlessPeer(peer_id, [backend], allowed_submitters=["*@example.com"])
         self.peers[peer_id] = ScriptedPeer(self.real_peers[peer_id])
         return self.peers[peer_id]
 

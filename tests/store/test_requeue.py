@@ -3,6 +3,7 @@ on the peer is remembered until that peer confirms, and stores created before it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from iris_airflow_provider.store.records import HandoffRefusal
 from iris_airflow_provider.store.schema import jobs
 from iris_airflow_provider.store.store import FederationStore, RequeueOutcome
 from tests.postgres import scratch_database
+from tests.store.migrations import HEAD
 from tests.store.test_store import NOW, promotion, queue
 
 
@@ -138,14 +140,51 @@ def test_a_store_created_before_requeue_upgrades_in_place_and_keeps_its_jobs(emp
                 ),
                 {"spec": '{"job_id": "/alice/old", "command": "true"}'},
             )
-        store.migrate("0002")
-        assert store.revision() == "0002"
-        store.migrate()  # and on to the newest, to read it back with today's columns
+        store.migrate()
+        assert store.revision() == HEAD
         job = store.get_job("/alice/old")
         assert job is not None and job.direction is Direction.SENT
         # Its delivery clock starts from its last change, so it too is requeued if its peer stays away.
         assert (job.requeue_count, job.avoided_peers, job.handoff_since_ms) == (0, {}, 1)
         with store.engine.connect() as connection:
             assert connection.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 1
+    finally:
+        store.dispose()
+
+
+def test_a_store_with_a_ledger_upgrades_to_reservations_read_from_jobs_in_flight(empty_url: str) -> None:
+    """0005: the ledger table goes; a job already running where it was sent is taken as holding there."""
+    store = FederationStore.from_url(empty_url)
+    try:
+        store.migrate("0002")
+        with store.engine.begin() as connection:
+            for job_id, state in (("/alice/running", "running"), ("/alice/waiting", "pending")):
+                connection.execute(
+                    sa.text(
+                        "INSERT INTO iris_jobs (job_id, direction, handoff_state, state, peer_id, backend_id, nonce, "
+                        "priority_band, submitted_at_ms, spec, updated_at_ms) VALUES (:job_id, 'sent', 'handed_off', "
+                        ":state, 'cw', 'default', :job_id, 'PRIORITY_BAND_BATCH', 1, :spec, 7)"
+                    ),
+                    {
+                        "job_id": job_id,
+                        "state": state,
+                        "spec": json.dumps(
+                            {"job_id": job_id, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 8}}}
+                        ),
+                    },
+                )
+            connection.execute(
+                sa.text(
+                    "INSERT INTO iris_reservation_ledger (peer_id, backend_id, token, observation_epoch_ms, amount) "
+                    "VALUES ('cw', 'default', 'h100', 5, 8)"
+                )
+            )
+        store.migrate()
+        assert {(j.job_id, j.holding_since_ms) for j in store.in_flight_handoffs()} == {
+            ("/alice/running", 7),
+            ("/alice/waiting", None),
+        }
+        assert "iris_reservation_ledger" not in sa.inspect(store.engine).get_table_names()
+        assert store.capacity_holds() == {}
     finally:
         store.dispose()

@@ -1,5 +1,5 @@
 """The federation store on SQLite and PostgreSQL: migrations, admission, conditional transitions,
-heartbeats, the persisted ledger and leases."""
+heartbeats, what jobs in flight reserve, holds and leases."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.availability import Availability, PeerBackend
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
-from iris_airflow_provider.core.ledger import LedgerEntry
+from iris_airflow_provider.core.holds import Hold
+from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
-from iris_airflow_provider.store.records import NewIncarnation, Origin
-from iris_airflow_provider.store.schema import VERSION_TABLE, jobs, metadata
+from iris_airflow_provider.store.records import HandoffRefusal, NewIncarnation, Origin
+from iris_airflow_provider.store.schema import VERSION_TABLE, capacity_holds, jobs, metadata
 
 NOW = 1_700_000_000_000
 
@@ -110,7 +112,7 @@ class TestPromotion:
             reasons.CANCELLED_BEFORE_HANDOFF,
             HandoffState.QUEUED,
         )
-        assert store.ledger() == []
+        assert store.in_flight_handoffs() == []
 
     def test_an_expired_job_is_never_promoted(self, store):
         queue(store, "/alice/late", scheduling_deadline_ms=NOW + 10)
@@ -128,36 +130,99 @@ class TestPromotion:
         assert not store.promote(promotion(peer="cw-b"), NOW + 1)
         assert store.promote(promotion(peer="cw-a"), NOW + 1)
 
-    def test_only_confirmed_promotions_charge_the_ledger(self, store):
+    def test_only_confirmed_promotions_reserve_capacity(self, store):
         queue(store, "/alice/a")
         queue(store, "/alice/b")
         store.request_cancel("/alice/b", NOW)
         confirmed = store.apply_promotions([promotion("/alice/a"), promotion("/alice/b")], NOW + 1)
         assert [p.job_id for p in confirmed] == ["/alice/a"]
-        assert store.ledger() == [LedgerEntry("cw", "default", NOW - 5, {"h100": 8})]
+        assert store.in_flight_handoffs() == [InFlight("/alice/a", "cw", "default", {"h100": 8})]
         assert [e.kind for e in store.events("/alice/a")] == ["admitted", "promoted"]
 
 
-class TestLedger:
-    def test_charges_add_at_one_observation_and_a_newer_one_replaces_them(self, store):
-        for name in "abcd":
-            queue(store, f"/alice/{name}")
-        store.apply_promotions([promotion("/alice/a", epoch=100), promotion("/alice/b", epoch=100)], NOW)
-        assert store.ledger() == [LedgerEntry("cw", "default", 100, {"h100": 16})]
-        store.apply_promotions([promotion("/alice/c", epoch=90, reserved={"h100": 4})], NOW)  # older: adds
-        assert store.ledger() == [LedgerEntry("cw", "default", 100, {"h100": 20})]
-        store.apply_promotions([promotion("/alice/d", epoch=200, reserved={"h100": 1})], NOW)  # newer: replaces
-        assert store.ledger() == [LedgerEntry("cw", "default", 200, {"h100": 1})]
+class TestReservations:
+    """The job row is the reservation: made by the promotion, shown by reports, ended by the job."""
 
-    def test_pruning_drops_rows_superseded_by_a_newer_observation(self, store):
+    def report(self, store, job_id: str, state: JobState, now: int) -> None:
+        nonce = store.get_job(job_id).nonce
+        assert store.mirror(JobReport(job_id, nonce, state, "default"), now)
+
+    def test_a_report_that_the_job_holds_capacity_is_recorded_once_when_it_first_comes(self, store):
+        queue(store, "/alice/a")
+        store.promote(promotion("/alice/a"), NOW)
+        self.report(store, "/alice/a", JobState.PENDING, NOW + 1)  # queued at the peer: holds nothing
+        assert store.in_flight_handoffs() == [InFlight("/alice/a", "cw", "default", {"h100": 8}, None)]
+        self.report(store, "/alice/a", JobState.ACCEPTED, NOW + 2)
+        self.report(store, "/alice/a", JobState.RUNNING, NOW + 3)
+        assert store.in_flight_handoffs() == [InFlight("/alice/a", "cw", "default", {"h100": 8}, NOW + 2)]
+
+    def test_a_finished_or_requeued_job_reserves_nothing_and_its_next_incarnation_starts_afresh(self, store):
+        queue(store, "/alice/a")
+        queue(store, "/alice/b")
+        store.apply_promotions([promotion("/alice/a"), promotion("/alice/b")], NOW)
+        self.report(store, "/alice/a", JobState.RUNNING, NOW + 1)
+        self.report(store, "/alice/a", JobState.SUCCEEDED, NOW + 2)
+        job = store.get_job("/alice/b")
+        refusal = HandoffRefusal("/alice/b", job.nonce, "cw", "too small", NOW + 100)
+        store.requeue_handoff(refusal, max_requeues=3, now_ms=NOW + 3)
+        assert store.in_flight_handoffs() == []
+        assert store.get_job("/alice/b").holding_since_ms is None
+
+    def test_ungated_and_force_routed_jobs_are_in_flight_with_no_gate(self, store):
+        store.admit(NewIncarnation(parse_job({"job_id": "/u/cpu"}), direction=Direction.SENT, submitting_user="u"), NOW)
+        store.promote(Promotion("/u/cpu", "cw", "", False, {}, None), NOW)
+        assert store.in_flight_handoffs() == [InFlight("/u/cpu", "cw", "", {})]
+
+    def test_a_heartbeat_records_when_it_was_asked_for(self, store):
+        store.record_heartbeat("cw", NOW + 50, [_gpu_backend("x", epoch=100)], asked_at_ms=NOW + 10)
+        [state] = store.peer_states()
+        assert (state.last_contact_ms, state.observed_after_ms) == (NOW + 50, NOW + 10)
+        store.record_heartbeat("cw", NOW + 90, None, error="down")  # no answer: the numbers stay as asked
+        [state] = store.peer_states()
+        assert (state.reachable, state.observed_after_ms) == (False, NOW + 10)
+
+
+class TestHolds:
+    def hold(self, job_id: str, peer: str = "cw", backend: str = "default") -> Hold:
+        return Hold(job_id, peer, backend, {"h100": 32}, {"h100": 8}, 60_000)
+
+    def test_holds_are_saved_replaced_and_ended_by_a_promotion(self, store):
+        for name in "abc":
+            queue(store, f"/alice/{name}")
+        assert store.save_holds([self.hold("/alice/a"), self.hold("/alice/b", backend="x")], NOW) == {
+            "/alice/a": ("cw", "default"),
+            "/alice/b": ("cw", "x"),
+        }
+        assert store.save_holds([self.hold("/alice/a"), self.hold("/alice/c", backend="x")], NOW + 1) == {
+            "/alice/a": ("cw", "default"),
+            "/alice/c": ("cw", "x"),
+        }
+        store.apply_promotions([promotion("/alice/a")], NOW + 2)
+        assert store.capacity_holds() == {"/alice/c": ("cw", "x")}
+
+    def test_a_hold_is_never_written_for_a_job_that_left_the_queue_since_the_pass(self, store):
+        """The pass read /alice/a and /alice/b as queued; a cancel and a promotion land before the save."""
+        for name in "abc":
+            queue(store, f"/alice/{name}")
+        store.save_holds([self.hold("/alice/a", backend="old")], NOW)
+        planned = [self.hold("/alice/a"), self.hold("/alice/b", backend="x"), self.hold("/alice/c", backend="y")]
+        store.request_cancel("/alice/a", NOW + 1)
+        store.promote(promotion("/alice/b", backend="z"), NOW + 1)
+        assert store.save_holds(planned, NOW + 2) == {"/alice/c": ("cw", "y")}
+
+    def test_each_backend_holds_for_one_job_at_most(self, store):
         for name in "ab":
             queue(store, f"/alice/{name}")
-        store.apply_promotions(
-            [promotion("/alice/a", backend="x", epoch=100), promotion("/alice/b", backend="y", epoch=100)], NOW
-        )
-        store.record_heartbeat("cw", NOW, [_gpu_backend("x", epoch=100), _gpu_backend("y", epoch=101)])
-        assert store.prune_ledger() == 1
-        assert store.ledger() == [LedgerEntry("cw", "x", 100, {"h100": 8})]
+        assert store.save_holds([self.hold("/alice/a"), self.hold("/alice/b")], NOW) == {"/alice/a": ("cw", "default")}
+        second = capacity_holds.insert().values(job_id="/alice/b", peer_id="cw", backend_id="default", held_since_ms=1)
+        with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as connection:
+            connection.execute(second)
+
+    def test_holds_on_peers_no_longer_configured_are_dropped(self, store):
+        queue(store, "/alice/a")
+        store.save_holds([self.hold("/alice/a", peer="gone")], NOW)
+        store.forget_peers(["cw"])
+        assert store.capacity_holds() == {}
 
 
 def _gpu_backend(backend_id: str, *, epoch: int, free: int = 8, version: int = 2) -> PeerBackend:

@@ -15,6 +15,7 @@ import pytest
 from airflow.sdk.module_loading import import_string
 
 from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.orphans import TASK_KILLED, KillAction
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.async_store import AsyncFederationStore
 from iris_airflow_provider.store.records import NewIncarnation
@@ -85,7 +86,12 @@ def _info_logs(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_serialize_round_trips_through_the_classpath():
     trigger = FederationJobTrigger(
-        JOB, until="running", conn_id="iris_other", poll_interval=7, deadline_ms=1_800_000_000_000, cancel_on_kill=False
+        JOB,
+        until="running",
+        conn_id="iris_other",
+        poll_interval=7,
+        deadline_ms=1_800_000_000_000,
+        kill_action=KillAction.CHECK,
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "iris_airflow_provider.triggers.federation.FederationJobTrigger"
@@ -98,7 +104,14 @@ def test_serialize_round_trips_through_the_classpath():
         "iris_other",
         7.0,
     )
-    assert (rebuilt.deadline_ms, rebuilt.cancel_on_kill) == (1_800_000_000_000, False)
+    assert (rebuilt.deadline_ms, rebuilt.kill_action) == (1_800_000_000_000, KillAction.CHECK)
+    assert kwargs["kill_action"] == "check"
+
+
+@pytest.mark.parametrize(("old", "action"), [(True, KillAction.CHECK), (False, KillAction.IGNORE)])
+def test_a_wait_deferred_by_an_earlier_version_keeps_its_meaning(old, action):
+    """``cancel_on_kill=True`` was the operator's wait (now: the tick checks), False the sensor's."""
+    assert FederationJobTrigger(JOB, cancel_on_kill=old).kill_action is action
 
 
 def test_an_unknown_until_is_refused():
@@ -238,11 +251,25 @@ async def test_a_job_missing_from_the_store_fires_a_missing_event(store):
 
 
 class TestKill:
-    async def test_on_kill_cancels_a_queued_job_before_handoff(self, store, caplog):
+    """What the triggerer does when a user acts on the deferred task (mark failed or success, clear):
+    cancel the trigger's task, then ``on_kill()``. What happens to the job is the ``kill_action``."""
+
+    async def test_by_default_for_the_operator_the_job_is_left_and_the_tick_asked_to_check(self, store, caplog):
         queue_job(store, JOB)
-        waiting = wait_on()
+        waiting = wait_on(kill_action=KillAction.CHECK)
         await until_logged(caplog, reasons.QUEUED_UNPINNED)
-        # What the triggerer does when the user marks the task failed: cancel the run, then on_kill().
+        await waiting.cancel()
+        await waiting.trigger.on_kill()
+        job = store.get_job(JOB)
+        assert (job.state, job.handoff_state, job.cancel_intent_version) == (JobState.PENDING, HandoffState.QUEUED, 0)
+        killed = [e for e in store.events(JOB) if e.kind == TASK_KILLED]
+        assert len(killed) == 1 and "the placement tick cancels the job" in killed[0].detail
+        assert any(f"job {JOB} keeps running" in line for line in logged(caplog))
+
+    async def test_with_cancel_on_kill_it_cancels_a_queued_job_before_handoff(self, store, caplog):
+        queue_job(store, JOB)
+        waiting = wait_on(kill_action=KillAction.CANCEL)
+        await until_logged(caplog, reasons.QUEUED_UNPINNED)
         await waiting.cancel()
         await waiting.trigger.on_kill()
         job = store.get_job(JOB)
@@ -251,16 +278,28 @@ class TestKill:
             reasons.CANCELLED_BEFORE_HANDOFF,
             1,
         )
-        assert any(f"Cancelled job {JOB} after the task was killed" in line for line in logged(caplog))
+        assert any(f"so job {JOB} is cancelled (cancel_on_kill=True)" in line for line in logged(caplog))
 
-    async def test_without_cancel_on_kill_the_job_is_left_alone(self, store, caplog):
+    async def test_a_job_that_already_ended_is_left_as_it_is(self, store, caplog):
         queue_job(store, JOB)
-        waiting = wait_on(cancel_on_kill=False)  # the sensor: it only watches
+        waiting = wait_on(kill_action=KillAction.CHECK)
+        await until_logged(caplog, reasons.QUEUED_UNPINNED)
+        store.request_cancel(JOB, now_ms())  # e.g. the tick's check got there first
+        await waiting.cancel()
+        await waiting.trigger.on_kill()
+        assert TASK_KILLED not in [e.kind for e in store.events(JOB)]
+        assert any("has already ended or is being cancelled" in line for line in logged(caplog))
+
+    async def test_a_watcher_or_a_mirror_leaves_the_job_alone(self, store, caplog):
+        queue_job(store, JOB)
+        waiting = wait_on()  # the sensor's and the peer's runner DAG's: they only watch
+        assert waiting.trigger.kill_action is KillAction.IGNORE
         await until_logged(caplog, reasons.QUEUED_UNPINNED)
         await waiting.cancel()
         await waiting.trigger.on_kill()
         job = store.get_job(JOB)
         assert (job.state, job.handoff_state, job.cancel_intent_version) == (JobState.PENDING, HandoffState.QUEUED, 0)
+        assert TASK_KILLED not in [e.kind for e in store.events(JOB)]
 
     async def test_a_cancelled_wait_without_on_kill_leaves_the_job_and_releases_the_poller(self, store, caplog):
         """A triggerer restart cancels every trigger without calling on_kill: nothing is cancelled."""
@@ -340,11 +379,19 @@ class TestWakeTrigger:
         await stays_false(lambda: wake.events, 0.3)
         queue_job(store, JOB)
         await eventually(lambda: wake.events, timeout=2, what="a wake")
-        assert wake.reasons() == ["a job was queued, resubmitted or cancelled"]
+        assert wake.reasons() == ["a job was queued, resubmitted or cancelled, or its task was killed"]
         payload = wake.events[0][1]
         assert payload["event_seq"] == store.events(JOB)[-1].seq
         assert abs(payload["at_ms"] - now_ms()) < 5_000
         await stays_false(lambda: len(wake.events) > 1, 0.5)  # once per admission, not once per poll
+
+    async def test_a_killed_task_wakes_it_so_the_tick_checks_its_state(self, store, start_wake):
+        wake = await start_wake()
+        queue_job(store, JOB)
+        await eventually(lambda: wake.events, timeout=2, what="the admission's wake")
+        store.record_event(JOB, TASK_KILLED, now_ms(), "killed")
+        await eventually(lambda: len(wake.events) == 2, timeout=2, what="the kill's wake")
+        assert wake.reasons()[1] == "a job was queued, resubmitted or cancelled, or its task was killed"
 
     async def test_a_cancel_request_wakes_it(self, store, start_wake):
         wake = await start_wake()
@@ -352,7 +399,7 @@ class TestWakeTrigger:
         await eventually(lambda: wake.events, timeout=2, what="the admission's wake")
         store.request_cancel(JOB, now_ms())
         await eventually(lambda: len(wake.events) == 2, timeout=2, what="the cancel's wake")
-        assert wake.reasons()[1] == "a job was queued, resubmitted or cancelled"
+        assert wake.reasons()[1] == "a job was queued, resubmitted or cancelled, or its task was killed"
         await stays_false(lambda: len(wake.events) > 2, 0.5)  # the job ended before handoff: nothing in flight
 
     async def test_while_jobs_are_in_flight_it_wakes_every_sync_interval(self, store, start_wake):

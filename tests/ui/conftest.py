@@ -30,9 +30,11 @@ peers:
   - id: cw-h100
     kind: agentless
     backends: [{{id: default, kind: process, devices: {{h100: 8}}}}]
+    allowed_submitters: ["*"]
   - id: cw-gb200
     kind: agentless
     backends: [{{id: default, kind: process, devices: {{gb200: 4}}}}]
+    allowed_submitters: ["*"]
 state_dir: {state_dir}
 """
 

@@ -69,9 +69,10 @@ def test_describe_and_explain_a_queued_job(cli):
     assert "History:" in out and "admitted" in out
     code, out = cli("explain", TRAIN, "--json")
     explained = json.loads(out)
-    assert explained["status"] == "waiting" and explained["explanation"]["gate"] == {"h100": 16}
+    assert explained["status"] == "never_fits" and explained["explanation"]["gate"] == {"h100": 16}
     code, out = cli("explain", TRAIN)
-    assert "cw-h100   ok      default  matches" in out and "It is placed when 12 more free up there" in out
+    assert "cw-h100   ok      default  matches" in out
+    assert "No reachable backend can ever hold it" in out and "cw-h100/default with 8 in total" in out
 
 
 def test_cancel_then_cancel_again(cli, federation):
@@ -92,6 +93,14 @@ def test_an_unknown_job_exits_1_and_bad_arguments_exit_2(cli, capsys):
         cli("jobs", "--limit", "0")
     assert exited.value.code == 2
     assert "--limit must be between 1 and 10000, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["describe", "explain", "cancel"])
+def test_a_job_id_the_rule_refuses_exits_2_stating_the_rule(cli, capsys, command):
+    with pytest.raises(SystemExit) as exited:
+        cli(command, "/../..")
+    assert exited.value.code == 2
+    assert "JOB must look like /<user>/<name>" in capsys.readouterr().err
 
 
 def test_the_installed_command_prints_only_json_on_standard_output(federation, tmp_path):

@@ -84,13 +84,17 @@ def test_peers_follow_the_list_peers_shape_with_local_backends_and_the_fleet(cli
     assert fleet["gb200"]["targets"] == [{"target": "cw-gb200/default", "free": 4, "total": 4, "reserved": 0}]
 
 
-def test_capacity_promoted_since_the_last_heartbeat_is_shown_as_reserved(client, as_user, federation):
+def test_capacity_handed_off_and_not_yet_running_there_is_shown_as_reserved(client, as_user, federation):
     (backend,) = next(p for p in federation.store.peers() if p.peer_id == "cw-h100").backends
     promotion = Promotion(EVAL, "cw-h100", "default", False, {"h100": 4}, backend.observation_epoch_ms)
     assert federation.store.apply_promotions([promotion], federation.clock()) == [promotion]
     body = client.get("/api/peers", headers=as_user("viewer")).json()
     h100 = next(p for p in body["peers"] if p["peer_id"] == "cw-h100")
     assert h100["backends"][0]["reserved"] == {"h100": 4} and h100["active_federated_jobs"] == 1
+    assert h100["backends"][0]["reserved_jobs"] == [EVAL]
+    assert (
+        h100["backends"][0]["reserved_note"] == "4 h100 reserved for jobs handed off and not yet running there (1 job)"
+    )
     assert h100["backends"][0]["availability"]["amounts"] == {"h100": 8}  # as advertised, unchanged
     fleet = {entry["variant"]: entry for entry in body["fleet"]}
     assert (fleet["h100"]["free"], fleet["h100"]["reserved"]) == (8, 4)
@@ -124,6 +128,8 @@ def test_jobs_are_listed_newest_first_with_their_pending_reasons_and_task_links(
     assert received["task_instance_path"].startswith(f"dags/{RUNNER_DAG_ID}/runs/iris__parent~received__abcdef01/")
     assert body["jobs"][1]["task_instance_path"] is None and body["jobs"][1]["dag_id"] is None
     assert all(job["can_cancel"] for job in body["jobs"])
+    # Queued and no backend anywhere has 16 h100: the page marks it.
+    assert [job["job_id"] for job in body["jobs"] if job["never_fits"]] == [TRAIN]
     assert body["facets"]["states"]["pending"] == 4
     assert body["facets"]["submitters"] == ["alice", "bob", "dave", "ops"]
 
@@ -168,6 +174,14 @@ def test_a_viewer_reads_everything_but_may_cancel_nothing(client, as_user):
         ("/api/jobs/describe", {}, "job_id"),
         ("/api/jobs/describe", {"job_id": ""}, "job_id"),
         ("/api/jobs/explain", {"job_id": "x" * 1001}, "job_id"),
+        # Issue 11: NUL and control characters in filters, and job ids the one rule refuses.
+        ("/api/jobs", {"q": "train\x00"}, "q"),
+        ("/api/jobs", {"submitter": "\x1b[2Jalice"}, "submitter"),
+        ("/api/jobs", {"dag_id": "dag\x00"}, "dag_id"),
+        ("/api/jobs", {"peer": "cw\x7f"}, "peer"),
+        ("/api/jobs/describe", {"job_id": "/../.."}, "job_id"),
+        ("/api/jobs/explain", {"job_id": "/alice/train\x00"}, "job_id"),
+        ("/api/jobs", {"state": "pending\x00"}, "state"),
     ],
 )
 def test_a_bad_parameter_is_a_422_naming_it(client, as_user, path, params, parameter):
@@ -179,6 +193,22 @@ def test_a_bad_parameter_is_a_422_naming_it(client, as_user, path, params, param
 def test_a_cancel_without_a_job_id_is_a_422_naming_it(client, as_user):
     response = client.post("/api/jobs/cancel", headers=as_user("admin"))
     assert (response.status_code, response.json()["detail"].split(":")[0]) == (422, "job_id")
+
+
+def test_a_cancel_of_an_invalid_job_id_is_a_422_stating_the_rule(client, as_user):
+    response = client.post("/api/jobs/cancel", params={"job_id": "/a/./b"}, headers=as_user("admin"))
+    assert response.status_code == 422
+    assert response.json()["detail"].startswith("job_id: must look like /<user>/<name>")
+    assert "'.' segment" in response.json()["detail"]
+
+
+def test_a_control_character_is_named_as_such_and_a_cancel_is_refused_too(client, as_user, federation):
+    response = client.get("/api/jobs", params={"peer": "cw\x00"}, headers=as_user("admin"))
+    detail = response.json()["detail"]
+    assert detail.startswith("peer: ") and "control" in detail
+    response = client.post("/api/jobs/cancel", params={"job_id": TRAIN + "\x00"}, headers=as_user("admin"))
+    assert (response.status_code, response.json()["detail"].split(":")[0]) == (422, "job_id")
+    assert not federation.store.get_job(TRAIN).cancel_requested
 
 
 @pytest.mark.parametrize("path", ["/api/jobs/describe", "/api/jobs/explain"])
@@ -205,13 +235,15 @@ def test_describe_gives_the_history_and_every_pending_reason(client, as_user, fe
 
 def test_explain_shows_each_peer_and_backend_and_what_would_have_to_change(client, as_user):
     body = client.get("/api/jobs/explain", params={"job_id": TRAIN}, headers=as_user("viewer")).json()
-    assert (body["status"], body["pending_reason"]) == ("waiting", reasons.QUEUED_UNPINNED)
-    # What is left once the jobs ahead of it (EVAL, a higher band, takes 4) are placed in the same pass.
+    # It stays queued with the seed's reason, but waiting will not help: no backend is that large.
+    assert (body["status"], body["pending_reason"]) == ("never_fits", reasons.QUEUED_UNPINNED)
     assert body["summary"] == (
-        "Needs 16 h100 on one backend; the most any matching backend offers is 4 (4 free + 0 reclaimable "
-        "from lower bands) on cw-h100/default. It is placed when 12 more free up there or a peer reports more."
+        "No reachable backend can ever hold it: Job /alice/dag_a.run.manual__1 needs 16 h100 on one backend; "
+        "the largest that can host it is cw-h100/default with 8 in total. It stays queued in case a larger "
+        "backend reports; cancel it or ask for less."
     )
     detail = body["explanation"]
+    assert detail["never_fits"] is True
     assert detail["gate"] == {"h100": 16} and detail["band"] == "PRIORITY_BAND_BATCH"
     assert detail["jobs_ahead"] == 1  # EVAL: a higher band goes first
     rows = {(p["peer_id"], b["backend_id"]): (p["status"], b) for p in detail["peers"] for b in p["backends"]}
@@ -250,7 +282,11 @@ def test_cancel_of_a_local_job_is_routed_to_its_backend(client, as_user, federat
 
 
 class DagScopedAuthManager:
-    """Airflow's SimpleAuthManager, except that carol may only touch task instances of dag_a."""
+    """Airflow's SimpleAuthManager, except that carol may only touch task instances of dag_a.
+
+    Asked about no DAG in particular, it answers as FAB's auth manager does: whether carol may act
+    on some DAG (she may), not on every DAG (tests/e2e/test_security.py runs the real FAB).
+    """
 
     @staticmethod
     def build() -> type:
@@ -259,7 +295,7 @@ class DagScopedAuthManager:
         class Scoped(SimpleAuthManager):  # type: ignore[misc]
             def is_authorized_dag(self, *, method, user, access_entity=None, details=None):
                 if user.get_name() == "carol":
-                    return details is not None and details.id == "dag_a"
+                    return details is None or not details.id or details.id == "dag_a"
                 return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
 
         return Scoped
@@ -286,10 +322,11 @@ def test_a_user_scoped_to_one_dag_sees_and_cancels_only_its_jobs(client, as_user
     body = client.get("/api/jobs", headers=carol).json()
     assert [job["job_id"] for job in body["jobs"]] == [TRAIN] and body["total"] == 1
     assert body["facets"]["submitters"] == ["alice"]
+    # A job she may not read is answered as one that does not exist: nothing says it is there.
     denied = client.get("/api/jobs/describe", params={"job_id": EVAL}, headers=carol)
-    assert (denied.status_code, denied.json()["detail"]) == (403, f"carol may not read job {EVAL}")
-    assert client.get("/api/jobs/explain", params={"job_id": CLEANUP}, headers=carol).status_code == 403
-    assert client.post("/api/jobs/cancel", params={"job_id": RECEIVED}, headers=carol).status_code == 403
+    assert (denied.status_code, denied.json()["detail"]) == (404, f"Job {EVAL} not found")
+    assert client.get("/api/jobs/explain", params={"job_id": CLEANUP}, headers=carol).status_code == 404
+    assert client.post("/api/jobs/cancel", params={"job_id": RECEIVED}, headers=carol).status_code == 404
     assert client.post("/api/jobs/cancel", params={"job_id": TRAIN}, headers=carol).json()["result"] == "cancelled"
     assert client.get("/api/jobs", headers=as_user("bob")).json()["total"] == 4  # others are unaffected
 
@@ -314,3 +351,48 @@ def test_the_plugin_registers_the_page_in_the_navigation_and_serves_its_bundle(c
 def test_the_bundle_is_valid_javascript():
     check = subprocess.run(["node", "--check", str(ui_api.STATIC_DIR / ui_api.BUNDLE)], capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
+
+
+# What arrives unauthenticated ---------------------------------------------------------------------------
+
+
+class LazyBody:
+    """A 300 MiB request body produced on demand, counting what the server pulled."""
+
+    def __init__(self, size: int = 300 * 2**20) -> None:
+        self.size = size
+        self.pulled = 0
+
+    async def __aiter__(self):
+        while self.pulled < self.size:
+            self.pulled += 2**20
+            yield b"x" * 2**20
+
+
+@pytest.mark.parametrize("authenticated", [False, True])
+async def test_a_300_mib_body_sent_to_cancel_is_never_read(client, as_user, authenticated):
+    """Cancel takes its job id as a query parameter: no route of this API reads a body."""
+    import httpx
+
+    body = LazyBody()
+    headers = {"Content-Length": str(body.size), **(as_user("admin") if authenticated else {})}
+    transport = httpx.ASGITransport(app=ui_api.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://airflow") as http:
+        response = await http.post("/api/jobs/cancel", params={"job_id": TRAIN}, content=body, headers=headers)
+    assert response.status_code == (200 if authenticated else 401), response.text
+    assert body.pulled == 0
+
+
+@pytest.mark.parametrize("path", ["/openapi.json", "/docs"])
+def test_the_api_description_is_for_signed_in_users_only(client, as_user, token, path):
+    assert client.get(path).status_code == 401
+    assert client.get(path, headers={"Authorization": "Bearer not.a.jwt"}).status_code == 401
+    signed_in = client.get(path, headers=as_user("viewer"))
+    assert signed_in.status_code == 200
+    if path == "/openapi.json":
+        assert "/api/jobs/cancel" in signed_in.json()["paths"]
+    else:  # the Swagger page, which fetches the document with the same (cookie) sign-in
+        assert "/openapi.json" in signed_in.text
+        client.cookies.set(ui_api.COOKIE, token("viewer"))
+        assert client.get(path).status_code == 200
+    assert client.get("/redoc", headers=as_user("viewer")).status_code == 404

@@ -57,10 +57,11 @@ from iris_airflow_provider.backends.kubernetes.manifests import (
     pod_selector,
 )
 from iris_airflow_provider.backends.kubernetes.status import finished, job_report
-from iris_airflow_provider.core.availability import PeerBackend
+from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
-from iris_airflow_provider.core.model import JobSpec, file_bytes
+from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.model import JobSpec
 
 if TYPE_CHECKING:
     from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
@@ -126,6 +127,7 @@ class KubernetesBackend:
         )
         self.clock = clock or now_ms
         self._warned_classes: frozenset[str] = frozenset()
+        self._last_observation: Availability | None = None
 
     @classmethod
     def from_config(cls, config: KubernetesBackendConfig) -> KubernetesBackend:
@@ -154,7 +156,9 @@ class KubernetesBackend:
                 shown,
             )
         self._warned_classes = unknown
-        availability = capacity.availability(self.clock())
+        # An unchanged report keeps its epoch (``settled``). Remembered by this object, so per
+        # process: a process that has not reported yet starts a new observation.
+        availability = self._last_observation = settled(self._last_observation, capacity.availability(self.clock()))
         return PeerBackend(self.backend_id, normalize_advertised(self.advertised(capacity)), availability, self.kind)
 
     def advertised(self, capacity: ClusterCapacity | None = None) -> dict[str, list[str]]:

@@ -13,12 +13,17 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from iris_airflow_provider.backends.base import LogChunk, replica_line
+from pydantic import Field, TypeAdapter
+
+from iris_airflow_provider.backends.base import LogChunk, decode_cursor, replica_line
 from iris_airflow_provider.backends.kubernetes.status import ms, pod_index
 
 LOG_SKEW_MARGIN_S = 300  # reading logs "since" the last line seen: tolerate this much clock skew
+_Count = Annotated[int, Field(ge=0, le=2**63 - 1, strict=True)]
+# Per pod name: [the last timestamp seen (ns), how many lines carried it].
+CURSOR = TypeAdapter(dict[str, Annotated[list[_Count], Field(min_length=2, max_length=2)]])
 
 
 def parse_timestamp(raw: str) -> int | None:
@@ -36,7 +41,7 @@ class LogReader:
     lines carried it (the API has no offsets; timestamps with a count make re-reads exact)."""
 
     def __init__(self, cursor: str, max_lines: int, now_ms: int) -> None:
-        self.positions: dict[str, list[int]] = json.loads(cursor) if cursor else {}
+        self.positions: dict[str, list[int]] = decode_cursor(cursor, CURSOR, {})
         self.max_lines = max_lines
         self.now_ms = now_ms
         self.lines: list[str] = []

@@ -24,7 +24,8 @@ from typing import Any
 from iris_airflow_provider.backends.base import Submission, job_identity_env
 from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
 from iris_airflow_provider.core.bands import Band
-from iris_airflow_provider.core.model import JobSpec, file_bytes
+from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.model import JobSpec
 
 LABEL_PREFIX = "iris.marin.community/"
 JOB_KEY_LABEL = LABEL_PREFIX + "job-key"  # a digest of the job id: ids do not fit label values

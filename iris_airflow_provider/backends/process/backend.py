@@ -2,8 +2,10 @@
 
 It is a small cluster of its own, kept entirely in a state directory (``state.py``) so that it
 survives every Airflow process: a job runs under a detached supervisor (``supervisor.py``, its own
-session, tracked by pid), which starts the replicas, records their exit codes and output, and on
-exit starts whatever the freed slots let start. Any process holding the state directory (a worker,
+session, tracked by pid), which starts the replicas, records their exit codes and output, kills
+whatever they left running in its session, and on exit starts whatever the freed slots let start.
+A supervisor that dies is found on the next look at the state (``_reconcile``): what is left in its
+session is killed, and its job ends. Any process holding the state directory (a worker,
 the triggerer, the tick) sees the same jobs, so a scheduler, worker or triggerer restart neither
 kills nor forgets them.
 
@@ -53,11 +55,12 @@ from iris_airflow_provider.backends.process.state import (
     StatusFile,
     job_directory_name,
 )
-from iris_airflow_provider.core.availability import Availability, PeerBackend
+from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, plan_pass
-from iris_airflow_provider.core.model import JobSpec, file_bytes
+from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.model import JobSpec
 
 SUPERVISOR_START_GRACE_MS = 30_000
 KILL_GRACE_SECONDS = 10
@@ -120,23 +123,30 @@ class ProcessBackend:
         return advertised_attributes(self.device_type, self.devices, self.attributes)
 
     def describe(self) -> PeerBackend:
+        """Free and total slots per variant, and what running work holds per band. The observation
+        epoch changes only when those numbers do (``settled``), in every process reading this state
+        directory alike: it is kept there."""
         with self.store.locked():
             self._reconcile()
             running = [job for job in self.store.jobs() if job.state in HOLDING]
-        used: dict[str, int] = {}
-        held: dict[Band, dict[str, int]] = {}
-        for job in running:
-            for variant, slots in job.status.devices.items():
-                used[variant] = used.get(variant, 0) + len(slots)
-                by_band = held.setdefault(job.band, {})
-                by_band[variant] = by_band.get(variant, 0) + len(slots)
-        availability = Availability(
-            version=2,
-            observation_epoch_ms=self.clock(),
-            amounts={variant: max(0, total - used.get(variant, 0)) for variant, total in self.devices.items()},
-            total_amounts=dict(self.devices),
-            held_by_band=held,
-        )
+            used: dict[str, int] = {}
+            held: dict[Band, dict[str, int]] = {}
+            for job in running:
+                for variant, slots in job.status.devices.items():
+                    used[variant] = used.get(variant, 0) + len(slots)
+                    by_band = held.setdefault(job.band, {})
+                    by_band[variant] = by_band.get(variant, 0) + len(slots)
+            measured = Availability(
+                version=2,
+                observation_epoch_ms=self.clock(),
+                amounts={variant: max(0, total - used.get(variant, 0)) for variant, total in self.devices.items()},
+                total_amounts=dict(self.devices),
+                held_by_band=held,
+            )
+            previous = self.store.last_observation()
+            availability = settled(previous, measured)
+            if availability != previous:
+                self.store.save_observation(availability)
         return PeerBackend(self.backend_id, normalize_advertised(self.advertised()), availability, self.kind)
 
     # Jobs --------------------------------------------------------------------------------------
@@ -153,7 +163,6 @@ class ProcessBackend:
                         f"Job {submission.job_id} is still running here as another incarnation "
                         f"(nonce {existing.record.nonce})"
                     )
-                self.store.retire(existing)
             record = JobFile(
                 job_id=submission.job_id,
                 nonce=submission.nonce,
@@ -164,7 +173,9 @@ class ProcessBackend:
                 need=need,
             )
             files = {path: file_bytes(content) for path, content in submission.spec.files.items()}
-            self.store.create(record, StatusFile.queued(self.clock()), files)
+            # Built aside and moved into place whole (the finished incarnation retired only then):
+            # a failure writing it leaves the id as it was.
+            self.store.create(record, StatusFile.queued(self.clock()), files, replacing=existing)
             self._schedule()
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
 
@@ -211,9 +222,13 @@ class ProcessBackend:
         return read_logs(job.directory, job.record.replicas, finished=finished, cursor=cursor, max_lines=max_lines)
 
     def environment(self, job: JobFile, replica: int, devices: Mapping[str, list[int]]) -> dict[str, str]:
-        """A replica's environment: a clean base, the backend's defaults, then the job's own env (it wins)."""
+        """A replica's environment: a clean base, the backend's defaults, the job's own env (it wins
+        over the defaults), then what says which job, replica and devices this is, which nothing
+        overrides: a job that set them could pass for another or use devices it was not given (the
+        job model refuses ``IRIS_*`` names in a job's env; ``CUDA_VISIBLE_DEVICES`` is the slots)."""
         env = processes.base_environment()
         env.update(self.env)
+        env.update(job.env)
         env.update(job_identity_env(job.spec["job_id"], job.nonce, job.replicas, self.backend_id))
         env["IRIS_REPLICA_INDEX"] = str(replica)
         per_replica = job.devices_per_replica
@@ -225,7 +240,6 @@ class ProcessBackend:
             if self.device_type == "gpu":
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in mine)
             env["IRIS_DEVICE_SLOTS"] = ",".join(str(s) for s in mine)
-        env.update(job.env)
         return env
 
     # Called by the supervisor when its job ends ------------------------------------------------
@@ -313,9 +327,9 @@ class ProcessBackend:
                 continue
             if status.pid is None and self.clock() - (status.spawned_at_ms or 0) < SUPERVISOR_START_GRACE_MS:
                 continue
-            # Its replicas outlive it (adopted by init) and would keep the slots we are about to free.
-            if processes.job_group_alive(status.pgid, job.record.nonce):
-                processes.signal_group(status.pgid, signal.SIGKILL)
+            # Its replicas outlive it (adopted by init) and would keep the slots we are about to
+            # free: they are found by its session, which a job's env cannot change.
+            processes.reap_orphaned_session(status.pid, status.pid_start, status.boot_id)
             if status.preempted_at_ms:
                 self._requeue(job)
             elif status.cancel_requested_at_ms:
@@ -364,6 +378,7 @@ class ProcessBackend:
         status.attempts += 1
         status.error = status.exit_codes = status.finished_at_ms = None
         status.pid = status.pgid = status.pid_start = status.preempted_at_ms = None
+        status.boot_id = processes.boot_id()
         self.store.save_status(job)
         try:
             pid = processes.spawn_supervisor(self.state_dir, job.directory.name)

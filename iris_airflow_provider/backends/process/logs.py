@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
-from iris_airflow_provider.backends.base import LogChunk, replica_line
+from pydantic import Field, TypeAdapter
+
+from iris_airflow_provider.backends.base import LogChunk, decode_cursor, replica_line
+
+# Byte offset per replica index ("0", "1", ...).
+CURSOR = TypeAdapter(dict[str, Annotated[int, Field(ge=0, le=2**62, strict=True)]])
 
 
 def read_logs(directory: Path, replicas: int, *, finished: bool, cursor: str = "", max_lines: int = 1000) -> LogChunk:
@@ -17,7 +23,7 @@ def read_logs(directory: Path, replicas: int, *, finished: bool, cursor: str = "
 
     ``finished``: nothing more will be written, so a last line without a newline is whole.
     """
-    offsets: dict[str, int] = json.loads(cursor) if cursor else {}
+    offsets: dict[str, int] = decode_cursor(cursor, CURSOR, {})
     lines: list[str] = []
     truncated = False
     for index in range(replicas):

@@ -1,5 +1,6 @@
 """Operating-system processes of the process backend: launching a job's detached supervisor,
-telling whether it (or what it started) still runs, and signalling a job's process group.
+telling whether it still runs, signalling a job's process group, and killing what is left in a
+job's session (the supervisor's, which every replica and its children inherit).
 
 Linux only: liveness is read from ``/proc``, so that a recycled pid is not mistaken for ours.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER")
 # parent's (the supervisor's) environment through /proc, so the caller's credentials must not be in it.
 SUPERVISOR_ENV_KEYS = (*BASE_ENV_KEYS, "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")
 SUPERVISOR_MODULE = "iris_airflow_provider.backends.process.supervisor"
+KILL_PASSES = 50
 
 
 def base_environment() -> dict[str, str]:
@@ -65,27 +68,61 @@ def alive(pid: int, start: int | None) -> bool:
     return start is None or start_time(pid) == start
 
 
-def job_group_alive(pgid: int | None, nonce: str) -> bool:
-    """Whether processes of this job incarnation still run in its process group.
+def boot_id() -> str | None:
+    """This boot of the machine: process ids and start times mean nothing across a reboot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
-    The group id is the dead supervisor's pid, which may have been recycled (after a reboot, say):
-    only a process carrying the incarnation's ``IRIS_JOB_NONCE`` proves the group is still ours.
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session ``sid`` that still run (zombies have ended).
+
+    A session is what a job cannot leave by accident or by setting its environment: every process
+    its replicas start inherits it, whatever group it moves to, and only a process that calls
+    ``setsid(2)`` itself (daemonizing on purpose) leaves it; only a cgroup would contain that.
     """
-    if pgid is None:
-        return False
-    marker = f"IRIS_JOB_NONCE={nonce}".encode()
+    members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] == "Z" or int(fields[2]) != pgid:
-                continue
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                return True
+            if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
+                members.append(int(entry.name))
         except (OSError, IndexError, ValueError):
             continue
-    return False
+    return members
+
+
+def kill_session(sid: int, *, spare: int | None = None) -> None:
+    """SIGKILL every process of session ``sid`` but ``spare``, pass after pass until none is left
+    (a process forking as it is killed leaves a child the next pass finds); bounded, as a process
+    stuck in the kernel may take a while to die."""
+    for _ in range(KILL_PASSES):
+        members = [pid for pid in session_members(sid) if pid != spare]
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def reap_orphaned_session(sid: int | None, supervisor_start: int | None, boot: str | None) -> None:
+    """Kill what is left of a job whose supervisor died: every process still in its session.
+
+    The session id is the dead supervisor's pid. The kernel does not hand that number to a new
+    process while any member of the session lives, so if a process other than our (zombie)
+    supervisor now has it, the session had emptied: nothing of ours is left to kill. After a
+    reboot, nothing is.
+    """
+    if sid is None or (boot is not None and boot != boot_id()):
+        return
+    leader_start = start_time(sid)
+    if leader_start is not None and supervisor_start is not None and leader_start != supervisor_start:
+        return
+    kill_session(sid)
 
 
 def signal_group(pgid: int | None, sig: int) -> None:

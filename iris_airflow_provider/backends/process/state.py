@@ -3,9 +3,11 @@
 Layout of ``<state_dir>``::
 
     backend.json            the backend's settings (the supervisor rebuilds the backend from it)
+    observation.json        the availability last reported: an unchanged report keeps its epoch
     .lock                   held (flock) by whoever changes a job's status
+    staging/                where a new job's directory is built, then moved to ``jobs/`` whole
     jobs/<job dir>/         one per job id (see ``job_directory_name``); a replaced incarnation's is
-                            renamed ``<job dir>.<nonce>``
+                            renamed ``<job dir>.<digest of its nonce>``
         job.json            what to run (``JobFile``), written once at submit
         status.json         what happened (``StatusFile``), rewritten atomically at each change
         workdir/            the files that travelled with the job; the replicas' working directory
@@ -23,12 +25,15 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
+from iris_airflow_provider.core.availability import Availability
 from iris_airflow_provider.core.bands import Band, parse_band
+from iris_airflow_provider.core.wire import AvailabilityBlock
 
 STATUS_VERSION = 1
 
@@ -126,9 +131,10 @@ class StatusFile:
     preemptions: int | None = None  # times evicted back to the queue
     devices: dict[str, list[int]] = field(default_factory=dict)  # slots held while starting or running
     spawned_at_ms: int | None = None
-    pid: int | None = None  # the supervisor's, which leads the job's process group
+    pid: int | None = None  # the supervisor's, which leads the job's session and process group
     pgid: int | None = None
     pid_start: int | None = None  # its start time in clock ticks: a recycled pid is not ours
+    boot_id: str | None = None  # the machine's boot the supervisor started in: pids mean nothing after it
     started_at_ms: int | None = None
     cancel_requested_at_ms: int | None = None
     preempted_at_ms: int | None = None
@@ -168,6 +174,7 @@ class StatusFile:
             attempts=int(data.get("attempts", 0)),
             devices={str(v): [int(s) for s in slots] for v, slots in (data.get("devices") or {}).items()},
             error=None if data.get("error") is None else str(data["error"]),
+            boot_id=None if data.get("boot_id") is None else str(data["boot_id"]),
             exit_codes=None if codes is None else [None if c is None else int(c) for c in codes],
             **{name: None if data.get(name) is None else int(data[name]) for name in ints},
         )
@@ -200,7 +207,9 @@ class StateDir:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.jobs_dir = self.root / "jobs"
+        self.staging_dir = self.root / "staging"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.staging_dir.mkdir(exist_ok=True)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -210,6 +219,14 @@ class StateDir:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def last_observation(self) -> Availability | None:
+        """The availability this backend last reported (its epoch names its numbers; see ``settled``)."""
+        path = self.root / "observation.json"
+        return AvailabilityBlock.model_validate(read_json(path)).to_core() if path.exists() else None
+
+    def save_observation(self, availability: Availability) -> None:
+        write_json(self.root / "observation.json", availability.to_wire())
 
     def write_settings(self, settings: BackendSettings) -> None:
         write_json(self.root / "backend.json", settings.to_json())
@@ -234,24 +251,39 @@ class StateDir:
         loaded = (load_job(directory) for directory in self.jobs_dir.iterdir())
         return [job for job in loaded if job is not None]
 
-    def create(self, record: JobFile, status: StatusFile, files: Mapping[str, bytes]) -> Job:
-        """A new job's directory: its workdir files, then ``job.json``, then ``status.json`` (which
-        makes it visible)."""
+    def create(
+        self, record: JobFile, status: StatusFile, files: Mapping[str, bytes], *, replacing: Job | None = None
+    ) -> Job:
+        """A new job's directory: its workdir files, ``job.json`` and ``status.json``, built aside in
+        ``staging/`` and moved into place whole, after retiring ``replacing`` (a finished
+        incarnation of the same id). A failure part way leaves nothing behind: no half-built job
+        is ever visible, and the next submission of the id starts from scratch."""
         directory = self.directory(record.job_id)
-        workdir = directory / "workdir"
-        workdir.mkdir(parents=True)
-        for path, content in files.items():
-            target = workdir / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        write_json(directory / "job.json", record.to_json())
-        job = Job(directory, record, status)
-        self.save_status(job)
-        return job
+        staging = self.staging_dir / f"{directory.name}.{_digest(record.nonce)}"
+        shutil.rmtree(staging, ignore_errors=True)  # left by a process that died building it
+        try:
+            workdir = staging / "workdir"
+            workdir.mkdir(parents=True)
+            for path, content in files.items():
+                target = workdir / path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("xb") as output:  # never over something already there
+                    output.write(content)
+            write_json(staging / "job.json", record.to_json())
+            write_json(staging / "status.json", status.to_json())
+            if replacing is not None:
+                self.retire(replacing)
+            elif directory.exists() and load_job(directory) is None:
+                shutil.rmtree(directory)  # a job directory never completed (built in place before staging)
+            staging.rename(directory)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return Job(directory, record, status)
 
     def retire(self, job: Job) -> None:
         """Move a finished incarnation's directory aside for the next one."""
-        job.directory.rename(job.directory.with_name(f"{job.directory.name}.{job.record.nonce}"))
+        job.directory.rename(job.directory.with_name(f"{job.directory.name}.{_digest(job.record.nonce)}"))
 
     @staticmethod
     def save_status(job: Job) -> None:
@@ -264,6 +296,11 @@ def load_job(directory: Path) -> Job | None:
         return None
     record = JobFile.from_json(read_json(directory / "job.json"))
     return Job(directory, record, StatusFile.from_json(read_json(directory / "status.json")))
+
+
+def _digest(nonce: str) -> str:
+    """A nonce as part of a file name: it comes from another cluster and may hold any character."""
+    return hashlib.sha1(nonce.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def job_directory_name(job_id: str) -> str:

@@ -3,7 +3,9 @@
 The command returns at once, printing the supervisor's pid; the supervisor itself runs in its own
 session (so it outlives whoever started it and a signal to its process group reaches every
 replica), starts one subprocess per replica, writes each exit code as it comes, stops the others
-when one fails, and reports the end to the backend, which then starts queued work.
+when one fails, kills whatever is left in its session once they have all ended, and reports the
+end to the backend, which then starts queued work. The session is how the backend finds a job's
+processes when this supervisor is killed: every replica and its children inherit it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def main(argv: list[str]) -> int:
 
 
 def supervise(state_dir: Path, job_directory: str) -> None:
+    from iris_airflow_provider.backends.process import processes
     from iris_airflow_provider.backends.process.backend import KILL_GRACE_SECONDS, ProcessBackend
     from iris_airflow_provider.backends.process.state import load_job
 
@@ -115,6 +118,9 @@ def supervise(state_dir: Path, job_directory: str) -> None:
         if exit_codes[index] is None:
             exit_codes[index] = child.returncode
             (directory / f"replica-{index}.exit").write_text(str(child.returncode))
+    # What the replicas started and left behind (a background process, a daemon that changed its
+    # process group) ends with the job: it would otherwise hold devices the backend now frees.
+    processes.kill_session(os.getsid(0), spare=os.getpid())
     if not error:
         failed = [(i, code) for i, code in enumerate(exit_codes) if code != 0]
         if failed:

@@ -173,7 +173,8 @@
 
   function Meter({ label, variant, availability, reserved, dimmed }) {
     const free = Number((availability.amounts || {})[variant] || 0);
-    // Promoted against this observation already: not spent again until the peer reports anew.
+    // Reserved for jobs handed off and not yet running there: not offered again until the peer's
+    // reports show those jobs.
     const promoted = Math.min(free, Number((reserved || {})[variant] || 0));
     const total = Number((availability.total_amounts || {})[variant] || 0);
     const held = heldByBand(availability, variant);
@@ -192,7 +193,7 @@
           key: "promoted",
           width: (100 * promoted) / denominator + "%",
           bg: "gray.400",
-          title: promoted + " " + variant + " promoted here since this heartbeat",
+          title: promoted + " " + variant + " reserved for jobs handed off and not yet running there",
         }),
       );
     }
@@ -228,7 +229,8 @@
       h(
         C.Text,
         { fontSize: "xs", color: "fg.muted", mt: 1 },
-        (heldText ? "held: " + heldText : "nothing held") + (promoted ? " · " + promoted + " promoted since this heartbeat" : ""),
+        (heldText ? "held: " + heldText : "nothing held") +
+          (promoted ? " · " + promoted + " reserved for jobs handed off and not yet running there" : ""),
       ),
     );
   }
@@ -276,6 +278,13 @@
             : h(C.Text, { fontSize: "xs", color: "fg.muted" }, "reports no device capacity")
           : h(C.Text, { fontSize: "xs", color: "fg.muted" }, "capacity not reported: matched on shape alone"),
       ),
+      backend.held_for
+        ? h(
+            C.Badge,
+            { colorPalette: "purple", variant: "subtle", mt: 1, whiteSpace: "normal", "data-testid": "backend-hold" },
+            backend.held_for.text,
+          )
+        : null,
     );
   }
 
@@ -373,12 +382,14 @@
             minW: "150px",
             bg: "bg.subtle",
             title: entry.targets
-              .map((t) => t.target + ": " + t.free + " / " + t.total + " free" + (t.reserved ? ", " + t.reserved + " promoted since" : ""))
+              .map((t) => t.target + ": " + t.free + " / " + t.total + " free" + (t.reserved ? ", " + t.reserved + " reserved" : ""))
               .join("\n"),
           },
           h(C.Text, { fontSize: "xs", color: "fg.muted", textTransform: "uppercase" }, entry.variant),
           h(C.Text, { fontSize: "lg", fontWeight: "semibold" }, entry.free + " / " + entry.total + " free"),
-          entry.reserved ? h(C.Text, { fontSize: "xs", color: "fg.muted" }, entry.reserved + " promoted since the last heartbeats") : null,
+          entry.reserved
+            ? h(C.Text, { fontSize: "xs", color: "fg.muted" }, entry.reserved + " reserved for jobs handed off and not yet running there")
+            : null,
           h(C.Progress.Root, { value: entry.total ? (100 * entry.free) / entry.total : 0, size: "xs", colorPalette: "success", mt: 1 },
             h(C.Progress.Track, null, h(C.Progress.Range))),
         ),
@@ -537,7 +548,18 @@
                       C.Table.Cell,
                       { maxW: "360px", "data-testid": "pending-reason" },
                       job.pending_reason
-                        ? h(C.Text, { fontSize: "sm" }, job.pending_reason)
+                        ? h(
+                            C.Box,
+                            null,
+                            h(C.Text, { fontSize: "sm" }, job.pending_reason),
+                            job.never_fits
+                              ? h(
+                                  C.Badge,
+                                  { colorPalette: "red", variant: "subtle", title: "No reachable backend is large enough: open it for why", "data-testid": "never-fits" },
+                                  "can never fit",
+                                )
+                              : null,
+                          )
                         : job.error
                           ? h(C.Text, { fontSize: "sm", color: "fg.error" }, job.error)
                           : h(C.Text, { color: "fg.muted" }, "–"),
@@ -583,6 +605,14 @@
     return entries.length ? entries.map(([token, n]) => n + " " + token).join(", ") : "–";
   }
 
+  // What else keeps capacity on a backend from this job: reservations and a starving job's hold.
+  function backendNote(backend) {
+    const notes = [];
+    if (backend.reserved) notes.push(amountText(backend.reserved) + " " + backend.reserved_note);
+    if (backend.hold) notes.push(backend.hold);
+    return notes.join("; ");
+  }
+
   function Explanation({ explained }) {
     if (!explained) return h(C.Spinner, { size: "sm" });
     const detail = explained.explanation;
@@ -614,7 +644,7 @@
                 h(
                   C.Table.Row,
                   null,
-                  ["Peer", "Backend", "Shape", "Free", "Reclaimable", "Fits"].map((title) => h(C.Table.ColumnHeader, { key: title }, title)),
+                  ["Peer", "Backend", "Shape", "Free", "Reclaimable", "Fits", "Note"].map((title) => h(C.Table.ColumnHeader, { key: title }, title)),
                 ),
               ),
               h(
@@ -638,6 +668,7 @@
                       h(C.Table.Cell, null, backend ? (backend.capacity ? backend.capacity : amountText(backend.free)) : "–"),
                       h(C.Table.Cell, null, backend && backend.reclaimable ? amountText(backend.reclaimable) : "–"),
                       h(C.Table.Cell, null, backend && backend.fits !== undefined ? (backend.fits ? "yes" : "no") : "–"),
+                      h(C.Table.Cell, { fontSize: "xs", "data-testid": "backend-note" }, backend ? backendNote(backend) : ""),
                     ),
                   ),
                 ),
@@ -783,6 +814,30 @@
                         ? h(C.Text, { fontSize: "sm", color: "fg.muted", mt: 2 }, "Pending reasons so far: " + job.pending_reasons.join(" → "))
                         : null,
                     ),
+                    job.replicas && job.replicas.length
+                      ? h(
+                          C.Box,
+                          null,
+                          h(C.Heading, { size: "sm", mb: 2 }, "Replicas"),
+                          h(
+                            C.Table.Root,
+                            { size: "sm", "data-testid": "replicas" },
+                            h(
+                              C.Table.Body,
+                              null,
+                              job.replicas.map((replica) =>
+                                h(
+                                  C.Table.Row,
+                                  { key: replica.index },
+                                  h(C.Table.Cell, { fontWeight: "semibold" }, "replica " + replica.index),
+                                  h(C.Table.Cell, null, replica.state),
+                                  h(C.Table.Cell, null, replica.exit_code === null ? "" : "exit code " + replica.exit_code),
+                                ),
+                              ),
+                            ),
+                          ),
+                        )
+                      : null,
                     job.output_tail.length
                       ? h(
                           C.Box,

@@ -121,6 +121,17 @@ def test_the_heartbeat_reports_the_seeds_shape_and_what_running_work_holds_per_b
     )
 
 
+def test_an_unchanged_report_keeps_its_observation_epoch(target, backend):
+    """The epoch names the numbers: a heartbeat repeating them is the same observation (a parent that
+    resets reservations on a newer one is not invited to spend them again)."""
+    if not target.exclusive:
+        pytest.skip("on a shared cluster the numbers may change between two reports")
+    first = backend.describe().availability
+    backend.clock = lambda: first.observation_epoch_ms + 60_000  # a minute later, nothing changed
+    again = backend.describe().availability
+    assert again == first
+
+
 def test_the_heartbeat_counts_admitted_pods_per_band_and_ignores_gated_and_finished_ones(target, backend):
     if not target.kubernetes:
         pytest.skip(
@@ -173,7 +184,7 @@ def test_the_heartbeat_counts_admitted_pods_per_band_and_ignores_gated_and_finis
 
 
 def test_delivering_twice_with_one_nonce_creates_one_job(target, backend):
-    peer = AgentlessPeer("cw-k8s", [backend])
+    peer = AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*"])
     spec = job(target, "sleep 300")
     handoff = Handoff(spec.job_id, uuid.uuid4().hex, spec, "default", "marin", "alice", "alice", 1_000)
     first = peer.deliver(handoff)
@@ -266,8 +277,8 @@ def test_cancel_stops_the_job(target, backend):
 def test_jobs_the_cluster_can_never_run_are_refused_with_the_reason(target, backend):
     # The reasons are each backend's own words: a cluster of nodes, or one machine's slots.
     wrong_variant = "has no a100 GPUs; it has" if target.kubernetes else r"cannot ever host 1 x 1 a100: it has"
-    too_many = "no node has more than" if target.kubernetes else r"cannot ever host 1 x 4096 h100"
-    a100, huge = _spec(target, "a100", 1), _spec(target, target.variant, 4096)
+    too_many = "no node has more than" if target.kubernetes else r"cannot ever host 1 x 256 h100"
+    a100, huge = _spec(target, "a100", 1), _spec(target, target.variant, 256)  # the most a replica may ask
     with pytest.raises(SubmissionRefusedError, match=wrong_variant) as refused:
         backend.submit(submission(a100))
     assert not isinstance(refused.value, InsufficientCapacityError)  # a wrong shape: no cluster size helps
@@ -290,7 +301,7 @@ def test_a_peer_full_of_batch_work_still_takes_an_interactive_job(target, backen
         backend.submit(submission(spec))
     for spec in batch:
         wait_state(backend, spec.job_id, JobState.RUNNING)
-    peer = AgentlessPeer("cw-k8s", [backend])
+    peer = AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*"])
     heartbeat = peer.heartbeat()
     availability = heartbeat[0].availability
     assert availability is not None and availability.amounts[target.variant] == 0

@@ -6,7 +6,7 @@ before this revision move to the new key, with their history and output, so noth
 the requester still finds them (it keeps using the plain job id on the wire).
 
 Revision ID: 0006
-Revises: 0002
+Revises: 0005
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0006"
-down_revision = "0002"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
