@@ -1,10 +1,12 @@
-"""A small HTTP reverse proxy on loopback that can lose one answer on purpose.
+"""A small HTTP reverse proxy on loopback that can lose one answer, or hold one request, on purpose.
 
 Put between two deployments, it forwards every request unchanged. Armed with ``lose_next(path,
 action)``, it forwards the next request for ``path`` to the upstream (so the upstream really
 acts on it), runs ``action`` (e.g. stop the upstream's api-server), and then drops the client's
 connection without an answer: the caller cannot tell whether its request was applied, which is
-exactly the case an idempotent delivery must survive.
+exactly the case an idempotent delivery must survive. Armed with ``hold_next(path)``, it keeps the
+next request for ``path`` until the test releases it (other requests pass meanwhile): a call in
+flight, for as long as the test needs to act while it is.
 """
 
 from __future__ import annotations
@@ -18,10 +20,23 @@ import httpx
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host", "content-length"}
 
 
+class Hold:
+    """One request kept by the proxy: ``arrived`` once it is held, forwarded on ``release()``."""
+
+    def __init__(self, path_prefix: str, timeout: float) -> None:
+        self.path_prefix, self.timeout = path_prefix, timeout
+        self.arrived, self.released = threading.Event(), threading.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+
 class FaultProxy:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self._armed: tuple[str, Callable[[], None]] | None = None
+        self._holds: list[Hold] = []  # armed, not yet taken
+        self._made: list[Hold] = []
         self._lock = threading.Lock()
         self.lost: list[str] = []
         proxy = self
@@ -36,6 +51,10 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+                hold = proxy._take_hold(self.path)
+                if hold is not None:
+                    hold.arrived.set()
+                    hold.released.wait(hold.timeout)
                 action = proxy._take(self.path)
                 try:
                     response = httpx.request(
@@ -72,12 +91,30 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        for hold in self._made:  # nothing held outlives the proxy
+            hold.release()
         self.server.shutdown()
         self.server.server_close()
 
     def lose_next(self, path_prefix: str, action: Callable[[], None]) -> None:
         with self._lock:
             self._armed = (path_prefix, action)
+
+    def hold_next(self, path_prefix: str, timeout: float = 120) -> Hold:
+        """Keep the next request for ``path_prefix`` until ``release()`` (at most ``timeout`` s)."""
+        hold = Hold(path_prefix, timeout)
+        with self._lock:
+            self._holds.append(hold)
+            self._made.append(hold)
+        return hold
+
+    def _take_hold(self, path: str) -> Hold | None:
+        with self._lock:
+            for hold in self._holds:
+                if path.startswith(hold.path_prefix):
+                    self._holds.remove(hold)
+                    return hold
+            return None
 
     def _take(self, path: str) -> Callable[[], None] | None:
         with self._lock:

@@ -58,7 +58,7 @@ def list_peers(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         return 0
     rows = []
     for peer in document["peers"]:
-        health = "yes" if peer["reachable"] else ("stale" if peer["stale"] else "no")
+        health = "yes" if peer["reachable"] else ("stale" if peer["stale"] else ("lost" if peer["lost"] else "no"))
         heartbeat = age(peer["heartbeat_age_ms"]) + (" ago" if peer["heartbeat_age_ms"] is not None else "")
         first = [peer["peer_id"], peer["kind"], health, heartbeat, peer["active_federated_jobs"]]
         if not peer["backends"]:

@@ -43,6 +43,7 @@ MAX_DEVICES_PER_REPLICA = 256
 MAX_CPU_PER_REPLICA = 1024
 MAX_MEMORY_PER_REPLICA = 32 * 2**40
 LATEST_DEADLINE_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
+MAX_START_TIMEOUT_SECONDS = 366 * 24 * 3600  # a year: longer is no timeout, and 0 says that
 MAX_CONSTRAINT_NUMBER = 2**53
 
 MAX_JOB_ID_LENGTH = 512
@@ -103,6 +104,7 @@ DEVICES = NumberRange(0, MAX_DEVICES_PER_REPLICA, "devices per replica")
 CPU = NumberRange(0, MAX_CPU_PER_REPLICA, "cores per replica")
 MEMORY = NumberRange(0, MAX_MEMORY_PER_REPLICA, "bytes per replica (32Ti)")
 DEADLINE = NumberRange(0, LATEST_DEADLINE_MS, "epoch milliseconds (before 2100-01-01)")
+START_TIMEOUT = NumberRange(0, MAX_START_TIMEOUT_SECONDS, "seconds (0: no start timeout)")
 
 
 def shown_number(number: int | float) -> str:

@@ -15,7 +15,7 @@ written, started, stored as JSON and turned into a run id, a directory or a Kube
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_serializer, field_validator
 from pydantic_core import PydanticCustomError
@@ -45,11 +45,13 @@ from iris_airflow_provider.core.limits import (
     MAX_ENV_VARIABLES,
     MAX_NAME_LENGTH,
     MAX_REGIONS,
+    START_TIMEOUT,
 )
 from iris_airflow_provider.core.resources import Resources
 from iris_airflow_provider.core.strict_model import StrictModel
 
 Deadline = Annotated[int, BeforeValidator(DEADLINE.check), Field(ge=DEADLINE.low)]
+StartTimeout = Annotated[int, BeforeValidator(START_TIMEOUT.check), Field(ge=START_TIMEOUT.low)]
 
 
 def _band(value: Any) -> Band:
@@ -97,6 +99,10 @@ class JobSpec(StrictModel):
     target_cluster: str = Field(default="", validate_default=True)
     parent_job_id: str | None = None  # must equal the job id's parent path, so the id's rule holds for it
     scheduling_deadline_ms: Deadline | None = Field(default=None, description="epoch milliseconds")
+    # The parent's lifecycle settings (core/peer_loss.py, core/start_timeout.py): never sent to a peer.
+    parent_only: ClassVar[frozenset[str]] = frozenset({"on_peer_lost", "start_timeout_seconds"})
+    on_peer_lost: Literal["fail", "requeue"] = Field(default="fail", description="a running job's lost peer")
+    start_timeout_seconds: StartTimeout | None = Field(default=None, description="default: the cluster's; 0: off")
 
     @field_validator("command", mode="before")
     @classmethod

@@ -17,7 +17,7 @@ from iris_airflow_provider.backends.base import (
 from iris_airflow_provider.core.availability import PeerBackend
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.job_report import projected
-from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult
+from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult, Termination
 from iris_airflow_provider.peers.identity import submitter_admitted
 
 
@@ -90,6 +90,21 @@ class AgentlessPeer:
             return any(backend.cancel(job_id) for backend in self.backends.values())
         except OSError as error:
             raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error
+
+    def terminate(self, job_id: str, nonce: str) -> Termination:
+        try:
+            for backend in self.backends.values():
+                report = backend.status(job_id)
+                if report is None or report.nonce != nonce:
+                    continue
+                if not report.state.terminal:
+                    backend.cancel(job_id)
+                    report = backend.status(job_id)
+                ended = report is None or report.nonce != nonce or report.state.terminal
+                return Termination.ENDED if ended else Termination.STOPPING
+        except OSError as error:
+            raise PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id}: {error}") from error
+        return Termination.NOT_FOUND
 
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
         for backend in self.backends.values():

@@ -27,7 +27,7 @@ from iris_airflow_provider.backends.base import JobReport, LogChunk
 from iris_airflow_provider.core.availability import PeerBackend
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.wire import BackendSummary
-from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult
+from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult, Termination
 from iris_airflow_provider.peers.identity import TokenMinter
 from iris_airflow_provider.peers.wire import (
     ANSWER_LIMITS,
@@ -219,6 +219,17 @@ class AirflowPeer:
                 return False
             raise
         return True
+
+    def terminate(self, job_id: str, nonce: str) -> Termination:
+        try:
+            status = self._call(
+                "POST", "/terminate", JobStatus, json=TerminateRequest(job_id=job_id, nonce=nonce).model_dump()
+            )
+        except PeerError as error:
+            if error.code is PeerErrorCode.NOT_FOUND:
+                return Termination.NOT_FOUND
+            raise
+        return Termination.ENDED if status.state.terminal else Termination.STOPPING
 
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
         body = self._call(

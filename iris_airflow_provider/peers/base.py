@@ -57,6 +57,14 @@ class PeerError(Exception):
         return f"{self.code.value}: {self.message}"
 
 
+class Termination(StrEnum):
+    """Where an incarnation a peer was told to terminate stands."""
+
+    NOT_FOUND = "not_found"  # the peer does not have that incarnation (never had it, or replaced it)
+    STOPPING = "stopping"  # told to stop, not over yet: ask again
+    ENDED = "ended"  # over there: stopped now or earlier, or finished on its own
+
+
 @dataclass(frozen=True, slots=True)
 class Handoff:
     """A whole root job, as delivered: the peer runs it under the same id."""
@@ -98,6 +106,11 @@ class Peer(Protocol):
     def cancel(self, job_id: str, nonce: str = "") -> bool:
         """Stop the job there (only incarnation ``nonce`` when given); False when the peer does not
         have it. Raises PeerError to be retried."""
+        ...
+
+    def terminate(self, job_id: str, nonce: str) -> Termination:
+        """Stop incarnation ``nonce`` there and say whether it is over (asking again is harmless).
+        Raises PeerError to be retried."""
         ...
 
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk: ...

@@ -146,7 +146,7 @@ class HandoffRequest(Body):
     def of(cls, handoff: Handoff) -> HandoffRequest:
         # The whole job travels inline (command, env, files): the peer cannot read our store.
         fields = {name: getattr(handoff, name) for name in cls.model_fields if name != "spec"}
-        return cls(**fields, spec=handoff.spec.model_dump(mode="json"))
+        return cls(**fields, spec=handoff.spec.model_dump(mode="json", exclude=set(handoff.spec.parent_only)))
 
 
 # What a report may hold: the sizes of the store's columns (a larger number would fail its write).

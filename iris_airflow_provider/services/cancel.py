@@ -1,16 +1,19 @@
 """Cancelling jobs: record the intent, tell whoever runs the job, and re-tell it until confirmed.
 
-Before handoff a job never reaches a peer (the store ends it at once); a local or received job's
-backend is told now; a handoff that may have reached its peer is routed there, and re-driven on
-every tick until the peer or backend confirms.
+Before any delivery a job never reaches a peer (the store ends it at once); a local or received
+job's backend is told now; a handoff that may have reached its peer, or may still reach it, is
+routed there by its incarnation's nonce, and re-driven on every tick until the peer confirms it
+killed that incarnation, or that it never had it once no delivery can still bring it there
+(:mod:`iris_airflow_provider.core.cancel_settlement`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
+from iris_airflow_provider.core.cancel_settlement import CancelVerdict, after_cancel_answer, never_had_error
 from iris_airflow_provider.peers.base import PeerError
 from iris_airflow_provider.services.ports import CancelStore
 from iris_airflow_provider.services.runners import RUN_HERE, Runners
@@ -37,6 +40,7 @@ class Cancels:
     _: KW_ONLY
     runners: Runners
     clock: Callable[[], int]
+    delivery_timeout_ms: int
 
     def cancel(self, job_id: str) -> CancelOutcome:
         """Cancel a job: before handoff it never reaches a peer; after, the peer is told (and re-told)."""
@@ -46,8 +50,10 @@ class Cancels:
         routed = outcome.direction in RUN_HERE or bool(outcome.notify_peer)
         if outcome.found and not outcome.was_terminal and routed:
             record = self.store.get_job(job_id)
-            if record is not None:
-                self.deliver(record)
+            if record is not None and self.deliver(record) and outcome.notify_peer:
+                ended = self.store.get_job(job_id)
+                if ended is not None and ended.terminal:  # the peer never had it: ended here and now
+                    return replace(outcome, killed=True)
         return outcome
 
     def cancel_with_answer(self, job_id: str) -> CancelAnswer:
@@ -78,14 +84,30 @@ class Cancels:
             else:
                 peer = self.runners.peer_of(record)
                 if peer is None:
-                    return False
-                found = peer.cancel(record.job_id)
+                    return False  # a peer no longer configured: it counts as lost (services/lost_peers.py)
+                found = peer.cancel(record.job_id, record.nonce)  # that incarnation only
         except (PeerError, OSError) as error:
             log.warning("Cancel of %s could not be delivered yet (will retry): %s", record.job_id, error)
             return False
-        if not found:
-            self.store.mark_gone(record.job_id, record.nonce, self.clock())
-        self.store.confirm_cancel(record.job_id, record.nonce, record.cancel_intent_version, self.clock())
+        if record.direction in RUN_HERE:
+            if not found:
+                self.store.mark_gone(record.job_id, record.nonce, self.clock())
+            self.store.confirm_cancel(record.job_id, record.nonce, record.cancel_intent_version, self.clock())
+            return True
+        now = self.clock()
+        verdict = after_cancel_answer(
+            found, claimed_at_ms=record.delivery_claimed_at_ms, now_ms=now, delivery_timeout_ms=self.delivery_timeout_ms
+        )
+        if verdict is CancelVerdict.ASK_AGAIN:
+            log.info(
+                "Peer %s does not have %s yet, and a delivery of it is in flight: asking again",
+                record.peer_id,
+                record.job_id,
+            )
+            return False
+        if verdict is CancelVerdict.NEVER_HAD:
+            return self.store.cancel_never_had(record, never_had_error(record.handoff_state), now)
+        self.store.confirm_cancel(record.job_id, record.nonce, record.cancel_intent_version, now)
         return True
 
     def redrive(self) -> list[str]:

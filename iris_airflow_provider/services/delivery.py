@@ -1,18 +1,23 @@
 """Delivering promoted jobs to their peers, and carrying out what a failed delivery leads to.
 
 Each peer gets its pending handoffs in one thread (peers in parallel, bounded by the delivery
-timeout). A delivery that fails is judged by :mod:`iris_airflow_provider.core.handoff_policy`:
-retry later on the same peer, back to the queue, or reject; this module only carries that out.
+timeout). Each delivery is claimed in the store before its call (so a cancel knows it may still
+land, and no other tick delivers it meanwhile) and records its own outcome when the call returns,
+even after the tick stopped waiting for it: a peer that admits a job late is never forgotten. A
+delivery that fails is judged by :mod:`iris_airflow_provider.core.handoff_policy`: retry later on
+the same peer, back to the queue, or reject; this module only carries that out.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
 from iris_airflow_provider.backends.base import JobReport
+from iris_airflow_provider.core.cancel_settlement import claim_stale_before
 from iris_airflow_provider.core.handoff_policy import (
     DeliveryError,
     Reject,
@@ -47,6 +52,47 @@ def error_kind(error: PeerError) -> DeliveryError:
     return DeliveryError.CANNOT_TAKE if error.requeues else DeliveryError.TRANSIENT
 
 
+Outcome = JobReport | Exception  # what a delivery call returned, or raised
+
+
+class _Batch:
+    """One peer's deliveries of a round, shared by its thread (which makes the calls) and the tick
+    (which records what they did). Each outcome is recorded exactly once: by the tick when the call
+    returned before the tick stopped waiting, else by the thread when it does."""
+
+    def __init__(self, jobs: list[JobRecord]) -> None:
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.given_up = False
+        self.in_flight: JobRecord | None = None
+        self.done: list[tuple[JobRecord, Outcome]] = []  # for the tick to record
+
+    def start(self, job: JobRecord) -> bool:
+        with self.lock:
+            if self.given_up:
+                return False
+            self.in_flight = job
+            return True
+
+    def finish(self, job: JobRecord, outcome: Outcome) -> bool:
+        """Whether the tick records this outcome (False: it stopped waiting; the thread records it)."""
+        with self.lock:
+            self.in_flight = None
+            if self.given_up:
+                return False
+            self.done.append((job, outcome))
+            return True
+
+    def give_up(self) -> tuple[JobRecord | None, list[JobRecord]]:
+        """The tick stops waiting: the call still in flight, and the jobs never started."""
+        with self.lock:
+            self.given_up = True
+            finished = {job.job_id for job, _ in self.done}
+            in_flight = self.in_flight
+            started = finished | ({in_flight.job_id} if in_flight else set())
+            return in_flight, [job for job in self.jobs if job.job_id not in started]
+
+
 @dataclass(eq=False)  # a service, compared by identity
 class Delivery:
     store: DeliveryStore
@@ -64,37 +110,64 @@ class Delivery:
         """Hand every pending handoff due now to its peer."""
         done = Delivered()
         by_peer: dict[str, list[JobRecord]] = defaultdict(list)
-        for job in self.store.pending_handoffs(self.clock()):
-            by_peer[job.peer_id].append(job)
+        now = self.clock()
+        stale_before = claim_stale_before(now, int(self.timeout_s * 1000))
+        for job in self.store.pending_handoffs(now):
+            if job.peer_id not in self.peers:  # removed from the configuration since the promotion
+                self.failed(job, DeliveryError.CANNOT_TAKE, f"peer {job.peer_id} is not configured", done)
+            # Claimed before its call (none for a job cancelled since, or another tick delivers it):
+            # a cancel then knows it may still land.
+            elif self.store.begin_delivery(job.job_id, job.nonce, now, stale_before_ms=stale_before):
+                by_peer[job.peer_id].append(job)
+        batches = {peer_id: _Batch(jobs) for peer_id, jobs in by_peer.items()}
 
-        def deliver_all(peer: Peer) -> list[tuple[JobRecord, JobReport | PeerError]]:
-            outcomes: list[tuple[JobRecord, JobReport | PeerError]] = []
-            for job in by_peer[peer.peer_id]:
+        def deliver_all(peer: Peer) -> None:
+            batch = batches[peer.peer_id]
+            for job in batch.jobs:
+                if not batch.start(job):
+                    return  # the tick has moved on: the rest waits for the next one
+                outcome: Outcome
                 try:
-                    outcomes.append((job, peer.deliver(self._handoff(job))))
-                except PeerError as error:
-                    outcomes.append((job, error))
-            return outcomes
+                    outcome = peer.deliver(self._handoff(job))
+                except Exception as error:  # a PeerError, or a bug in the peer client: retried as transient
+                    outcome = error
+                if not batch.finish(job, outcome):
+                    self._landed_late(job, outcome)
 
-        targets = {peer_id: self.peers[peer_id] for peer_id in by_peer if peer_id in self.peers}
-        for peer_id, jobs in by_peer.items():
-            if peer_id not in self.peers:  # removed from the configuration since the promotion
-                for job in jobs:
-                    self.failed(job, DeliveryError.CANNOT_TAKE, f"peer {peer_id} is not configured", done)
-        for peer_id, result in each_peer(targets, deliver_all, self.timeout_s).items():
+        results = each_peer({peer_id: self.peers[peer_id] for peer_id in batches}, deliver_all, self.timeout_s)
+        for peer_id, result in results.items():
+            batch = batches[peer_id]
             if isinstance(result, BaseException):
-                for job in by_peer[peer_id]:
+                in_flight, never_started = batch.give_up()
+                if in_flight is not None:  # still in the peer: its claim stays until its call returns
+                    self.failed(in_flight, DeliveryError.TRANSIENT, str(result), done)
+                for job in never_started:
                     self.failed(job, DeliveryError.TRANSIENT, str(result), done)
-                continue
-            for job, outcome in result:
-                if isinstance(outcome, JobReport):
-                    self.store.mark_handed_off(job.job_id, job.nonce, self.clock())
-                    self.apply_report(job, outcome)
-                    done.delivered.append(job.job_id)
-                else:
-                    kind = error_kind(outcome)
-                    self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)
+                    self.store.release_delivery(job.job_id, job.nonce)
+            for job, outcome in batch.done:
+                self._record(job, outcome, done)
         return done
+
+    def _record(self, job: JobRecord, outcome: Outcome, done: Delivered) -> None:
+        if isinstance(outcome, JobReport):
+            if self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id):
+                self.apply_report(job, outcome)
+                done.delivered.append(job.job_id)
+            return
+        if isinstance(outcome, PeerError):
+            kind = error_kind(outcome)
+            self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)
+        else:
+            self.failed(job, DeliveryError.TRANSIENT, str(outcome), done)
+        self.store.release_delivery(job.job_id, job.nonce)
+
+    def _landed_late(self, job: JobRecord, outcome: Outcome) -> None:
+        """A call the tick stopped waiting for returned: the peer has the job (recorded whatever the
+        tick concluded meanwhile), or it failed (nothing more in flight)."""
+        if isinstance(outcome, JobReport):
+            self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id)
+        else:
+            self.store.release_delivery(job.job_id, job.nonce)
 
     def _handoff(self, job: JobRecord) -> Handoff:
         return projected(job, Handoff, spec=job.job_spec, requester=self.cluster)

@@ -24,6 +24,7 @@ from iris_airflow_provider.peers.base import Peer
 from iris_airflow_provider.services.cancel import Cancels
 from iris_airflow_provider.services.delivery import Delivery
 from iris_airflow_provider.services.heartbeat import Heartbeats
+from iris_airflow_provider.services.lost_peers import LostPeers
 from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates, task_killed
 from iris_airflow_provider.services.placement import Placement, queued_candidates
@@ -31,6 +32,7 @@ from iris_airflow_provider.services.runners import Runners
 from iris_airflow_provider.services.settings import ClusterSettings
 from iris_airflow_provider.services.submit import IdentityError, Submitted, Submitter
 from iris_airflow_provider.services.tick import Tick, TickReport
+from iris_airflow_provider.services.withdrawals import Withdrawals
 from iris_airflow_provider.store.records import CancelOutcome, JobRecord, Origin
 from iris_airflow_provider.store.store import FederationStore
 
@@ -62,6 +64,7 @@ class Federation:
             staleness_ms=self.staleness_ms,
         )
         runners = Runners(self.backends, self.peers)
+        avoid_ms = int(settings.requeue_avoid_seconds * 1000)
         self.mirror = Mirror(store, runners=runners, clock=clock, timeout_s=settings.heartbeat_timeout_seconds)
         self.submitter = Submitter(
             store,
@@ -71,7 +74,8 @@ class Federation:
             clock=clock,
             apply_report=self.mirror.apply_report,
         )
-        self.cancels = Cancels(store, runners=runners, clock=clock)
+        delivery_timeout_ms = int(settings.delivery_timeout_seconds * 1000)
+        self.cancels = Cancels(store, runners=runners, clock=clock, delivery_timeout_ms=delivery_timeout_ms)
         self.placement = Placement(store, peer_ids=self.peers, rules=self.placement_rules, clock=clock)
         self.delivery = Delivery(
             store,
@@ -81,11 +85,28 @@ class Federation:
             jitter=jitter,
             rules=RequeueRules(
                 requeue_after_ms=int(settings.requeue_after_seconds * 1000),
-                avoid_ms=int(settings.requeue_avoid_seconds * 1000),
+                avoid_ms=avoid_ms,
             ),
             max_requeues=settings.max_requeues,
             timeout_s=settings.delivery_timeout_seconds,
             apply_report=self.mirror.apply_report,
+        )
+        self.lost_peers = LostPeers(
+            store,
+            peer_ids=list(self.peers),
+            clock=clock,
+            peer_lost_ms=int(settings.peer_lost_seconds * 1000),
+            avoid_ms=avoid_ms,
+            max_requeues=settings.max_requeues,
+        )
+        self.withdrawals = Withdrawals(
+            store,
+            runners=runners,
+            clock=clock,
+            start_timeout_s=settings.start_timeout_seconds,
+            staleness_ms=self.staleness_ms,
+            avoid_ms=avoid_ms,
+            max_requeues=settings.max_requeues,
         )
         self._tick = Tick(
             store=store,
@@ -95,6 +116,8 @@ class Federation:
             delivery=self.delivery,
             mirror=self.mirror,
             cancels=self.cancels,
+            lost_peers=self.lost_peers,
+            withdrawals=self.withdrawals,
             timeout_s=settings.heartbeat_timeout_seconds,
             retention_ms=int(config.retention_days * 86_400_000),
         )

@@ -22,6 +22,7 @@ from iris_airflow_provider.core import reservations
 from iris_airflow_provider.core.availability import PeerBackend
 from iris_airflow_provider.core.holds import holding_text
 from iris_airflow_provider.core.ledger import BackendKey
+from iris_airflow_provider.core.peer_loss import peer_is_lost
 from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.services.federation import Federation
@@ -85,12 +86,17 @@ def _peer_entries(
     records = {record.peer_id: record for record in federation.store.peers()}
     reserving = reservations.in_force(federation.store.in_flight_handoffs(), federation.store.peer_states())
     holds = _holds_by_backend(federation, now_ms)
+    leftovers: dict[str, int] = defaultdict(int)  # incarnations to terminate there once it answers
+    for handoff in federation.store.abandoned_handoffs():
+        leftovers[handoff.peer_id] += 1
+    lost_ms = federation.lost_peers.peer_lost_ms
     peers = []
     for peer in sorted(federation.peers.values(), key=lambda p: p.peer_id):
         record = records.get(peer.peer_id)
         last_contact = record.last_contact_ms if record else None
         fresh = last_contact is not None and now_ms - last_contact <= staleness_ms
         backends: tuple[BackendRecord, ...] = record.backends if record else ()
+        since = record.unreachable_since_ms if record else None
         peers.append(
             {
                 "peer_id": peer.peer_id,
@@ -103,6 +109,11 @@ def _peer_entries(
                 "heartbeat_age_ms": now_ms - last_contact if last_contact is not None else None,
                 "last_attempt_ms": record.last_attempt_ms if record else None,
                 "last_error": record.last_error if record else "",
+                # Lost (placement.peer_lost_seconds): its jobs were settled without it.
+                "unreachable_since_ms": since,
+                "unreachable_for_ms": now_ms - since if since is not None else None,
+                "lost": bool(record and peer_is_lost(record.unreachable_since_ms, now_ms, lost_ms)),
+                "superseded_incarnations": leftovers.get(peer.peer_id, 0),
                 "active_federated_jobs": active_by_peer.get(peer.peer_id, 0),
                 "backends": [
                     _with_reserved(

@@ -13,8 +13,10 @@ from iris_airflow_provider.core.availability import PeerBackend, PeerState
 from iris_airflow_provider.core.holds import Hold
 from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.ledger import BackendKey
+from iris_airflow_provider.core.peer_loss import LostDecision
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.reservations import InFlight
+from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store.records import CancelOutcome, HandoffRefusal, JobRecord, NewIncarnation, PeerRecord
 from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome, TokenUse
 
@@ -80,6 +82,8 @@ class CancelStore(JobReads, Protocol):
 
     def confirm_cancel(self, job_id: str, nonce: str, version: int, now_ms: int) -> None: ...
 
+    def cancel_never_had(self, record: JobRecord, error: str, now_ms: int) -> bool: ...
+
     def live_jobs_with_origin(self) -> list[JobRecord]: ...
 
 
@@ -112,13 +116,51 @@ class DeliveryStore(Protocol):
 
     def pending_handoffs(self, now_ms: int) -> list[JobRecord]: ...
 
-    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int) -> bool: ...
+    def begin_delivery(self, job_id: str, nonce: str, now_ms: int, *, stale_before_ms: int) -> bool: ...
+
+    def release_delivery(self, job_id: str, nonce: str) -> None: ...
+
+    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int, *, peer_id: str = "") -> bool: ...
 
     def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool: ...
 
     def defer_delivery(self, job_id: str, nonce: str, error: str, retry_at_ms: int, now_ms: int) -> bool: ...
 
     def requeue_handoff(self, refusal: HandoffRefusal, *, max_requeues: int, now_ms: int) -> RequeueOutcome: ...
+
+
+class LostPeerStore(Protocol):
+    """Settling the jobs of lost (or removed) peers."""
+
+    def peers(self) -> list[PeerRecord]: ...
+
+    def live_handoff_peers(self) -> set[str]: ...
+
+    def handoffs_on(self, peer_ids: Iterable[str]) -> list[JobRecord]: ...
+
+    def queued_pinned_to(self, peer_ids: Iterable[str]) -> list[JobRecord]: ...
+
+    def settle_lost(
+        self, record: JobRecord, decision: LostDecision, *, now_ms: int, avoid_until_ms: int, max_requeues: int
+    ) -> RequeueOutcome | JobState | None: ...
+
+    def fail_pinned_to_removed(self, record: JobRecord, now_ms: int) -> bool: ...
+
+
+class WithdrawalStore(Protocol):
+    """Withdrawing jobs a peer accepted but did not start."""
+
+    def peers(self) -> list[PeerRecord]: ...
+
+    def not_started_handoffs(self) -> list[JobRecord]: ...
+
+    def withdrawals(self) -> list[JobRecord]: ...
+
+    def begin_withdrawal(self, record: JobRecord, reason: str, now_ms: int) -> bool: ...
+
+    def finish_withdrawal(
+        self, record: JobRecord, *, now_ms: int, avoid_until_ms: int, max_requeues: int
+    ) -> RequeueOutcome: ...
 
 
 class SeenTokenStore(Protocol):
@@ -150,6 +192,8 @@ class ServiceStore(
     CancelStore,
     PlacementStore,
     DeliveryStore,
+    LostPeerStore,
+    WithdrawalStore,
     Protocol,
 ):
     """Everything the federation services use (the real store)."""

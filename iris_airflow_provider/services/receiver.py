@@ -232,7 +232,7 @@ class Receiver:
         if job.terminal:
             # Already over: re-report it anyway, so a parent whose mirror is stuck converges.
             self.store.record_event(job.job_id, "rereported", self.clock())
-        else:
+        elif not job.cancel_requested:  # asked again while it stops: this cluster's re-drive already has it
             self.federation.cancel(job.job_id)  # recorded, and the backend running it told now, not next tick
         return job_status(self.store.get_job(job.job_id) or job)
 

@@ -53,6 +53,15 @@ class PlacementSettings(StrictModel):
         default=900, gt=0, description="how long a requeued job stays away from the peer it left"
     )
     max_requeues: int = Field(default=3, ge=0, description="requeues a job may spend before it fails")
+    # Lifecycle (beyond the reference): jobs on a lost peer, and jobs a peer accepted but does not start.
+    peer_lost_seconds: float = Field(
+        default=900, gt=0, description="how long a peer may stay unreachable before its jobs are settled without it"
+    )
+    start_timeout_seconds: float = Field(
+        default=1800,
+        ge=0,
+        description="how long a peer may hold a job it accepted without starting it before it is withdrawn (0: never)",
+    )
     # Starvation (beyond the reference): a big job behind a stream of small ones holds a backend.
     reserve_after_seconds: float = Field(
         default=1800,

@@ -1,8 +1,8 @@
 """The placement tick: one pass of each federation step, in order, and the report of what it did.
 
-orphan cancels (with Airflow's task states) -> heartbeat -> expire -> plan and promote -> deliver
--> sync -> relay logs -> cancel re-drive -> abandoned cleanup -> retention. Each step lives in its own module;
-this one only sequences them.
+orphan cancels (with Airflow's task states) -> heartbeat -> settle lost peers -> expire -> plan and
+promote -> deliver -> sync -> withdraw jobs not started in time -> relay logs -> cancel re-drive ->
+abandoned cleanup -> retention. Each step lives in its own module; this one only sequences them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from iris_airflow_provider.services.abandoned import terminate_abandoned
 from iris_airflow_provider.services.cancel import Cancels
 from iris_airflow_provider.services.delivery import Delivery
 from iris_airflow_provider.services.heartbeat import Heartbeats
+from iris_airflow_provider.services.lost_peers import LostPeers
 from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates, cancel_orphans
 from iris_airflow_provider.services.placement import Placement
 from iris_airflow_provider.services.ports import ServiceStore
 from iris_airflow_provider.services.retention import prune_finished
+from iris_airflow_provider.services.withdrawals import Withdrawals
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,8 @@ class TickReport:
     rejected: list[str] = field(default_factory=list)
     retrying: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)  # back to the queue from a peer that could not take them
+    lost: list[str] = field(default_factory=list)  # ended because their peer was lost (or removed)
+    withdrawn: list[str] = field(default_factory=list)  # taken back from a peer that did not start them
     reported: list[str] = field(default_factory=list)  # jobs whose state changed from a report
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
     pruned: list[str] = field(default_factory=list)  # finished jobs past the retention, deleted
@@ -68,6 +72,8 @@ class TickReport:
             "rejected",
             "retrying",
             "requeued",
+            "lost",
+            "withdrawn",
             "reported",
             "cancelled",
             "pruned",
@@ -89,6 +95,8 @@ class Tick:
     delivery: Delivery
     mirror: Mirror
     cancels: Cancels
+    lost_peers: LostPeers
+    withdrawals: Withdrawals
     timeout_s: float  # for peers asked about abandoned incarnations
     retention_ms: int = 0  # finished jobs older than this are pruned (0: never)
 
@@ -123,6 +131,10 @@ class Tick:
         if task_states is not None:
             report.cancelled += cancel_orphans(self.store, task_states, self.cancels.cancel)
         report.heartbeats = self.heartbeats.all()
+        self._renew(holder, "lost peers")
+        settled = self.lost_peers.settle()
+        report.lost += settled.failed
+        report.requeued += settled.requeued
         self._renew(holder, "placement")
         report.expired = self.store.expire_queued(self.clock())
         placed = self.placement.place()
@@ -135,6 +147,8 @@ class Tick:
         report.requeued += delivered.requeued
         self._renew(holder, "sync")
         in_flight = self.mirror.sync(report.reported)
+        self._renew(holder, "withdrawals")
+        report.withdrawn += self.withdrawals.withdraw()
         self.mirror.relay_logs(in_flight)
         self._renew(holder, "cancel re-drive")
         report.cancelled += self.cancels.redrive()

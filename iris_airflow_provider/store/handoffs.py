@@ -6,41 +6,34 @@ lets the next heartbeat release its reservation)."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 
 from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.cancel_settlement import killed_error
 from iris_airflow_provider.core.job_report import JobReport
 from iris_airflow_provider.core.placement import Promotion
+from iris_airflow_provider.core.start_timeout import withdrawal_records
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.common import (
     StoreBase,
     event,
-    insert,
     not_terminal,
     notice,
     placeable,
     set_terminal,
-    supersede,
     touched,
 )
 from iris_airflow_provider.store.holds import end_hold
 from iris_airflow_provider.store.records import HandoffRefusal, JobRecord, replica_values
+from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, requeue_locked
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
 
 # Reported states in which a job holds capacity where it runs (admitted there, or running).
 HOLDING_STATES = frozenset({JobState.ACCEPTED, JobState.RUNNING})
-
-
-class RequeueOutcome(StrEnum):
-    REQUEUED = "requeued"  # back in the queue, avoiding the peer for a while
-    EXHAUSTED = "exhausted"  # its requeue budget was spent: the job failed
-    STALE = "stale"  # the handoff had already moved on (delivered, cancelled, ended): nothing done
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,17 +90,78 @@ class Handoffs(StoreBase):
             rows = connection.execute(query.order_by(jobs.c.submitted_at_ms)).mappings()
             return [JobRecord.from_row(row) for row in rows]
 
-    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int) -> bool:
-        """The peer admitted this incarnation. Applies even if a cancel raced the delivery: the
-        re-drive then routes that cancel to the peer, which now has the job."""
+    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int, *, peer_id: str = "") -> bool:
+        """The peer (``peer_id``) admitted this incarnation: the delivery's outcome, whenever it lands.
+
+        It applies even if a cancel raced the delivery, and then re-arms that cancel: a "not found"
+        the peer gave it meanwhile said nothing about a job that had not arrived yet, so the re-drive
+        routes it to the peer again, which now has the job. An incarnation the job no longer wants
+        (it ended, or went on under a new nonce) is remembered on ``peer_id``, to terminate it there.
+        Returns whether the handoff moved to handed off.
+        """
         with self._write() as connection:
-            row = _update_pending(
-                connection, job_id, nonce, now_ms, handoff_state=HandoffState.HANDED_OFF.value, last_delivery_error=""
-            )
-            if row is None:
+            row = connection.execute(
+                sa.select(
+                    jobs.c.nonce,
+                    jobs.c.state,
+                    jobs.c.handoff_state,
+                    jobs.c.peer_id,
+                    jobs.c.cancel_intent_version,
+                    jobs.c.cancel_delivered_version,
+                )
+                .where(jobs.c.job_id == job_id)
+                .with_for_update()
+            ).first()
+            # Gone on without it (a new nonce), or given up on there (its requeue budget spent).
+            unwanted = row is None or row.nonce != nonce or row.handoff_state == HandoffState.REJECTED.value
+            if unwanted and peer_id:
+                abandon(connection, peer_id, job_id, nonce, "admitted after the job went on without it", now_ms)
+            this = jobs.update().where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+            if row is None or unwanted or row.handoff_state != HandoffState.PENDING.value:  # or its report came first
+                connection.execute(this.values(delivery_claimed_at_ms=None))
                 return False
-            event(connection, job_id, now_ms, "handed_off", None, HandoffState.HANDED_OFF, row[0])
+            values: dict[str, Any] = {
+                "handoff_state": HandoffState.HANDED_OFF.value,
+                "handed_off_at_ms": now_ms,
+                "delivery_claimed_at_ms": None,
+                "last_delivery_error": "",
+            }
+            detail = ""
+            if JobState(row.state).terminal:
+                abandon(connection, row.peer_id, job_id, nonce, f"admitted after the job ended ({row.state})", now_ms)
+                detail = "after the job ended: it is terminated there"
+            elif row.cancel_intent_version:
+                values["cancel_delivered_version"] = 0  # re-armed: the re-drive tells the peer, which has it now
+                detail = "while a cancel was requested: the cancel is routed to the peer"
+                notice(connection, job_id, nonce, f"Peer {row.peer_id} admitted the job {detail}", now_ms)
+            connection.execute(this.values(**values, **touched(now_ms)))
+            event(connection, job_id, now_ms, "handed_off", None, HandoffState.HANDED_OFF, row.peer_id, detail)
         return True
+
+    def begin_delivery(self, job_id: str, nonce: str, now_ms: int, *, stale_before_ms: int) -> bool:
+        """Claim the delivery of this incarnation before calling its peer: only a pending, uncancelled,
+        live handoff that no other delivery holds (a claim from ``stale_before_ms`` or earlier is dead)."""
+        with self._write() as connection:
+            claimed = connection.execute(
+                jobs.update()
+                .where(
+                    jobs.c.job_id == job_id,
+                    jobs.c.nonce == nonce,
+                    jobs.c.handoff_state == HandoffState.PENDING.value,
+                    jobs.c.cancel_intent_version == 0,
+                    not_terminal(),
+                    sa.or_(jobs.c.delivery_claimed_at_ms.is_(None), jobs.c.delivery_claimed_at_ms <= stale_before_ms),
+                )
+                .values(delivery_claimed_at_ms=now_ms)
+            ).rowcount
+        return bool(claimed)
+
+    def release_delivery(self, job_id: str, nonce: str) -> None:
+        """The delivery of this incarnation has recorded its outcome (or failed): no longer in flight."""
+        with self._write() as connection:
+            connection.execute(
+                jobs.update().where(jobs.c.job_id == job_id, jobs.c.nonce == nonce).values(delivery_claimed_at_ms=None)
+            )
 
     def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool:
         """The peer refused this incarnation for good: the job ends with the peer's message."""
@@ -142,7 +196,7 @@ class Handoffs(StoreBase):
         Only a handoff still pending on ``peer_id``, uncancelled and not terminal, moves (whether a
         pinned job may move at all is the caller's decision).
         """
-        job_id, nonce, peer_id, reason = refusal.job_id, refusal.nonce, refusal.peer_id, refusal.reason
+        job_id, nonce, peer_id = refusal.job_id, refusal.nonce, refusal.peer_id
         with self._write() as connection:
             row = (
                 connection.execute(
@@ -163,55 +217,16 @@ class Handoffs(StoreBase):
             )
             if row is None:
                 return RequeueOutcome.STALE
-            connection.execute(
-                insert(connection, abandoned_handoffs)
-                .values(peer_id=peer_id, job_id=job_id, nonce=nonce, abandoned_at_ms=now_ms, reason=reason)
-                .on_conflict_do_nothing()
-            )
-            locked = jobs.update().where(jobs.c.job_id == job_id)  # locked by the read above
-            if row["requeue_count"] >= max_requeues:
-                message = reasons.requeues_exhausted(row["requeue_count"], peer_id, reason)
-                connection.execute(
-                    locked.values(
-                        handoff_state=HandoffState.REJECTED.value, last_delivery_error=reason, **touched(now_ms)
-                    )
-                )
-                event(connection, job_id, now_ms, "rejected", None, HandoffState.REJECTED, peer_id, reason)
-                set_terminal(connection, job_id, now_ms, JobState.FAILED, message, HandoffState.REJECTED, peer_id)
-                return RequeueOutcome.EXHAUSTED
-            avoided = {p: until for p, until in (row["avoided_peers"] or {}).items() if until > now_ms}
-            avoided[peer_id] = max(refusal.avoid_until_ms, avoided.get(peer_id, 0))
-            # A new nonce: the peer it left may hold the old one (terminated there by that nonce), and
-            # a later delivery must never be taken there for a replay of what was terminated.
-            fresh_nonce = uuid.uuid4().hex
-            supersede(connection, job_id, nonce, now_ms)
-            connection.execute(
-                locked.values(
-                    nonce=fresh_nonce,
-                    handoff_state=HandoffState.QUEUED.value,
-                    peer_id="",
-                    backend_id="",
-                    handoff_since_ms=None,
-                    requeue_count=jobs.c.requeue_count + 1,
-                    avoided_peers=avoided,
-                    holding_since_ms=None,
-                    delivery_attempts=0,
-                    next_delivery_at_ms=None,
-                    last_delivery_error=reason,
-                    **touched(now_ms),
-                )
-            )
-            detail = f"requeue {row['requeue_count'] + 1} of {max_requeues}: {reason}"
-            event(connection, job_id, now_ms, "requeued", None, HandoffState.QUEUED, peer_id, detail)
-            notice(
+            departure = Departure(job_id, nonce, peer_id, refusal.reason, refusal.avoid_until_ms)
+            return requeue_locked(
                 connection,
-                job_id,
-                fresh_nonce,
-                f"Back in the queue: peer {peer_id} could not take the job ({detail}); "
-                f"it avoids that peer for {max(0, refusal.avoid_until_ms - now_ms) // 1000} s",
-                now_ms,
+                departure,
+                row,
+                max_requeues=max_requeues,
+                now_ms=now_ms,
+                reject_when_exhausted=True,
+                how=f"peer {peer_id} could not take the job",
             )
-        return RequeueOutcome.REQUEUED
 
     def abandoned_handoffs(self) -> list[AbandonedHandoff]:
         """Incarnations to terminate on the peers that may hold them, oldest first."""
@@ -230,8 +245,12 @@ class Handoffs(StoreBase):
                 )
             ).rowcount
             if deleted and terminated:
-                detail = f"terminated the incarnation left there by a requeue ({handoff.reason})"
+                detail = f"terminated the incarnation {handoff.nonce[:8]} left there ({handoff.reason})"
                 event(connection, handoff.job_id, now_ms, "stray_terminated", None, None, handoff.peer_id, detail)
+                current = connection.execute(sa.select(jobs.c.nonce).where(jobs.c.job_id == handoff.job_id)).first()
+                if current is not None:  # told in the output of the job's current incarnation too
+                    text = f"Peer {handoff.peer_id} answered again and {detail}"
+                    notice(connection, handoff.job_id, current.nonce, text, now_ms)
 
     # What the job's runner reports -------------------------------------------------------------
 
@@ -246,13 +265,14 @@ class Handoffs(StoreBase):
             jobs.c.reported_at_ms.is_(None),
             jobs.c.handoff_state == HandoffState.PENDING.value,
         )
+        arriving = jobs.c.handoff_state == HandoffState.PENDING.value
         values: dict[str, Any] = {
             "state": report.state.value,
             "reported_at_ms": sa.func.coalesce(jobs.c.reported_at_ms, now_ms),
-            "handoff_state": sa.case(
-                (jobs.c.handoff_state == HandoffState.PENDING.value, HandoffState.HANDED_OFF.value),
-                else_=jobs.c.handoff_state,
-            ),
+            "handoff_state": sa.case((arriving, HandoffState.HANDED_OFF.value), else_=jobs.c.handoff_state),
+            # The peer has it: its "not found" is news again, and its start timeout runs from now.
+            "delivery_claimed_at_ms": sa.case((arriving, None), else_=jobs.c.delivery_claimed_at_ms),
+            "handed_off_at_ms": sa.case((arriving, now_ms), else_=jobs.c.handed_off_at_ms),
             **touched(now_ms),
         }
         if report.backend_id:
@@ -269,10 +289,15 @@ class Handoffs(StoreBase):
             )
         if report.started_at_ms is not None:
             values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, report.started_at_ms)
+        withdrawal = sa.or_(jobs.c.withdraw_reason == "", sa.literal(not withdrawal_records(report.state)))
         with self._write() as connection:
+            if report.state is JobState.KILLED:
+                values["error"] = _killed_error(connection, report)
             row = connection.execute(
                 jobs.update()
-                .where(jobs.c.job_id == report.job_id, jobs.c.nonce == report.nonce, not_terminal(), changed)
+                .where(
+                    jobs.c.job_id == report.job_id, jobs.c.nonce == report.nonce, not_terminal(), changed, withdrawal
+                )
                 .values(**values)
                 .returning(jobs.c.handoff_state, jobs.c.peer_id)
             ).first()
@@ -286,7 +311,10 @@ class Handoffs(StoreBase):
         with self._write() as connection:
             row = connection.execute(
                 sa.select(jobs.c.peer_id, jobs.c.cancel_intent_version, jobs.c.handoff_state, jobs.c.direction).where(
-                    jobs.c.job_id == job_id, jobs.c.nonce == nonce, not_terminal()
+                    jobs.c.job_id == job_id,
+                    jobs.c.nonce == nonce,
+                    not_terminal(),
+                    jobs.c.withdraw_reason == "",  # gone from a peer withdrawing it: the withdrawal goes on
                 )
             ).first()
             if row is None:
@@ -300,6 +328,19 @@ class Handoffs(StoreBase):
             else:
                 state, error = JobState.FAILED, "The local backend no longer has the job"
             return set_terminal(connection, job_id, now_ms, state, error, handoff, peer_id)
+
+
+def _killed_error(connection: sa.Connection, report: JobReport) -> str:
+    """The error of a job its runner reports killed (see ``killed_error``)."""
+    row = connection.execute(
+        sa.select(jobs.c.direction, jobs.c.cancel_intent_version, jobs.c.peer_id).where(jobs.c.job_id == report.job_id)
+    ).first()
+    if row is None:
+        return report.error
+    sent = row.direction == Direction.SENT.value
+    return killed_error(
+        sent=sent, cancel_requested=row.cancel_intent_version > 0, peer_id=row.peer_id, reported_error=report.error
+    )
 
 
 def _promote(connection: sa.Connection, promotion: Promotion, now_ms: int) -> bool:

@@ -36,10 +36,12 @@ class Heartbeats(StoreBase):
             if reached:
                 values["last_contact_ms"] = now_ms
                 values["observed_after_ms"] = now_ms if asked_at_ms is None else asked_at_ms
+            # Unreachable since its first unanswered heartbeat (kept while it stays unreachable).
+            since = None if reached else sa.func.coalesce(peers.c.unreachable_since_ms, now_ms)
             connection.execute(
                 insert(connection, peers)
-                .values(peer_id=peer_id, **values)
-                .on_conflict_do_update(index_elements=["peer_id"], set_=values)
+                .values(peer_id=peer_id, unreachable_since_ms=None if reached else now_ms, **values)
+                .on_conflict_do_update(index_elements=["peer_id"], set_={**values, "unreachable_since_ms": since})
             )
             if backends is None:
                 return
@@ -80,6 +82,7 @@ class Heartbeats(StoreBase):
                 row["last_attempt_ms"],
                 row["last_error"],
                 tuple(by_peer.get(row["peer_id"], ())),
+                row["unreachable_since_ms"],
                 row["observed_after_ms"],
             )
             for row in peer_rows

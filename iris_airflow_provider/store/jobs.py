@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from iris_airflow_provider.core import reasons
+from iris_airflow_provider.core.cancel_settlement import ends_at_once
 from iris_airflow_provider.core.expiry import expiries
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.common import (
@@ -284,22 +285,38 @@ def request_cancel(connection: sa.Connection, job_id: str, now_ms: int) -> Cance
     bumped = connection.execute(
         jobs.update()
         .where(jobs.c.job_id == job_id, not_terminal())
-        .values(cancel_intent_version=jobs.c.cancel_intent_version + 1, **touched(now_ms))
-        .returning(jobs.c.direction, jobs.c.handoff_state, jobs.c.peer_id)
+        # A cancel supersedes a withdrawal in progress: the job ends where it is, it is not requeued.
+        .values(cancel_intent_version=jobs.c.cancel_intent_version + 1, withdraw_reason="", **touched(now_ms))
+        .returning(
+            jobs.c.direction,
+            jobs.c.handoff_state,
+            jobs.c.peer_id,
+            jobs.c.cancel_intent_version,
+            jobs.c.delivery_claimed_at_ms,
+            jobs.c.delivery_attempts,
+        )
     ).first()
     if bumped is None:
         exists = connection.execute(sa.select(jobs.c.job_id).where(jobs.c.job_id == job_id)).first()
         return CancelOutcome(found=exists is not None, was_terminal=exists is not None)
-    direction, handoff, peer_id = Direction(bumped[0]), bumped[1], bumped[2]
+    direction, peer_id = Direction(bumped.direction), bumped.peer_id
+    handoff = HandoffState(bumped.handoff_state) if bumped.handoff_state else None
     event(connection, job_id, now_ms, "cancel_requested", None, handoff, peer_id)
-    killed = False
-    if direction is Direction.SENT and handoff in (HandoffState.QUEUED, HandoffState.PENDING):
+    if direction is Direction.SENT and ends_at_once(
+        handoff, claimed_at_ms=bumped.delivery_claimed_at_ms, delivery_attempts=bumped.delivery_attempts
+    ):
+        # Nothing ever left for a peer: ended here, with nothing to tell anyone.
+        connection.execute(
+            jobs.update().where(jobs.c.job_id == job_id).values(cancel_delivered_version=bumped.cancel_intent_version)
+        )
         killed = set_terminal(
             connection, job_id, now_ms, JobState.KILLED, reasons.CANCELLED_BEFORE_HANDOFF, handoff, peer_id
         )
-    # A pending handoff may have been delivered already: tell its peer too (best effort, re-driven).
-    notify = peer_id if direction is Direction.SENT and handoff != HandoffState.QUEUED else ""
-    return CancelOutcome(found=True, killed=killed, direction=direction, notify_peer=notify)
+        return CancelOutcome(found=True, killed=killed, direction=direction)
+    # A delivery was started: the peer may have the job, or get it yet. It ends when the peer says
+    # it killed it, or that it never had it once no delivery can still bring it there.
+    notify = peer_id if direction is Direction.SENT else ""
+    return CancelOutcome(found=True, killed=False, direction=direction, notify_peer=notify)
 
 
 def owned_by(new: NewIncarnation) -> sa.ColumnElement[bool]:

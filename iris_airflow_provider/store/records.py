@@ -111,6 +111,9 @@ class JobRecord:
     avoided_peers: Mapping[str, int] = field(default_factory=dict)
     replicas: tuple[ReplicaReport, ...] = ()  # as its runner last reported them
     holding_since_ms: int | None = None  # when a report first said it holds capacity where it runs
+    delivery_claimed_at_ms: int | None = None
+    handed_off_at_ms: int | None = None
+    withdraw_reason: str = ""
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -157,6 +160,11 @@ class JobRecord:
     def reported(self) -> bool:
         """Whether its runner (a peer, or a local backend) has reported on it yet."""
         return self.reported_at_ms is not None
+
+    @property
+    def started(self) -> bool:
+        """Whether its runner ever reported it running."""
+        return self.started_at_ms is not None or self.state is JobState.RUNNING
 
     @property
     def pending_reason(self) -> str:
@@ -218,6 +226,7 @@ class PeerRecord:
     last_attempt_ms: int | None
     last_error: str
     backends: tuple[BackendRecord, ...]
+    unreachable_since_ms: int | None = None  # None: it answered the last heartbeat
     observed_after_ms: int | None = None  # when the heartbeat whose backends these are was asked for
 
     def is_reachable(self, now_ms: int, staleness_ms: int) -> bool:

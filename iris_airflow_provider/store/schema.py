@@ -74,6 +74,12 @@ jobs = sa.Table(
     sa.Column("holding_since_ms", sa.BigInteger, nullable=True),
     # The cancel intent the peer (or local backend) has confirmed; re-driven while it lags the intent.
     sa.Column("cancel_delivered_version", sa.Integer, nullable=False, server_default="0"),
+    # Lifecycle (core/cancel_settlement.py, core/start_timeout.py): when a delivery of this incarnation
+    # started and has not recorded its outcome yet (a peer's "not found" settles no cancel meanwhile),
+    # when the peer admitted it, and why it is being withdrawn from its peer ("": it is not).
+    sa.Column("delivery_claimed_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("handed_off_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("withdraw_reason", sa.Text, nullable=False, server_default=""),
     # Where relaying the job's output from whoever runs it has got to (their opaque cursor), and the
     # newest relayed line here: waiting tasks fetch lines only when it moves.
     sa.Column("log_cursor", sa.Text, nullable=False, server_default=""),
@@ -164,6 +170,8 @@ peers = sa.Table(
     sa.Column("last_contact_ms", sa.BigInteger, nullable=True),
     sa.Column("last_attempt_ms", sa.BigInteger, nullable=True),
     sa.Column("last_error", sa.Text, nullable=False, server_default=""),
+    # Since when it has not answered (NULL: it answered the last heartbeat): lost after peer_lost_seconds.
+    sa.Column("unreachable_since_ms", sa.BigInteger, nullable=True),
     # When this cluster asked for the heartbeat whose backends are stored (its clock): every number
     # in them was measured after this.
     sa.Column("observed_after_ms", sa.BigInteger, nullable=True),

@@ -10,7 +10,9 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 
 - :mod:`.migrate`: schema migrations;
 - :mod:`.jobs`: admission, reads, transitions, expiry, cancels;
-- :mod:`.handoffs`: promotion, delivery outcomes, requeue, runner reports;
+- :mod:`.handoffs`: promotion, delivery outcomes (and the delivery claim), requeue, runner reports;
+- :mod:`.requeue`: moving a handoff back to the queue under a new incarnation;
+- :mod:`.lifecycle`: cancels the peer answered, lost peers, withdrawals for a start timeout;
 - :mod:`.reservations`: what jobs in flight reserve on their peers (read from the jobs);
 - :mod:`.holds`: backends held for starving jobs;
 - :mod:`.heartbeats`: peers and their backends;
@@ -25,13 +27,15 @@ from __future__ import annotations
 
 from iris_airflow_provider.store.engine import create_store_engine
 from iris_airflow_provider.store.feed import Feed
-from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs, RequeueOutcome
+from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs
 from iris_airflow_provider.store.heartbeats import Heartbeats
 from iris_airflow_provider.store.holds import Holds
 from iris_airflow_provider.store.jobs import Admission, Jobs, request_cancel
 from iris_airflow_provider.store.leases import Leases
+from iris_airflow_provider.store.lifecycle import Lifecycle
 from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
+from iris_airflow_provider.store.requeue import RequeueOutcome
 from iris_airflow_provider.store.reservations import Reservations
 from iris_airflow_provider.store.retention import Retention
 from iris_airflow_provider.store.seen_tokens import SeenTokens, TokenUse
@@ -40,7 +44,7 @@ __all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome",
 
 
 class FederationStore(
-    Migrations, Jobs, Handoffs, Reservations, Holds, Heartbeats, Logs, Feed, Leases, Retention, SeenTokens
+    Migrations, Jobs, Handoffs, Lifecycle, Reservations, Holds, Heartbeats, Logs, Feed, Leases, Retention, SeenTokens
 ):
     @classmethod
     def from_url(cls, url: str) -> FederationStore:

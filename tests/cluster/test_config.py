@@ -249,7 +249,7 @@ def test_unknown_fields_are_named_with_the_accepted_ones(tmp_path: Path) -> None
     assert found[f"{path}: placement"] == (
         "unknown field(s) tick; accepted: tick_interval_seconds, sync_interval_seconds, max_handoffs_per_cycle, "
         "heartbeat_staleness_seconds, heartbeat_timeout_seconds, delivery_timeout_seconds, requeue_after_seconds, "
-        "requeue_avoid_seconds, max_requeues, reserve_after_seconds"
+        "requeue_avoid_seconds, max_requeues, peer_lost_seconds, start_timeout_seconds, reserve_after_seconds"
     )
     assert found[f"{path}: backends[0]"] == (
         "unknown field(s) gpus; accepted: id, kind, devices, device_type, attributes, max_running_jobs, state_dir, env"
@@ -326,6 +326,22 @@ def test_the_parsed_configuration_is_frozen(tmp_path: Path) -> None:
     assert isinstance(config, ClusterConfig)
     with pytest.raises(ValueError, match="frozen"):
         config.name = "other"  # type: ignore[misc]
+
+
+def test_lost_peer_and_start_timeout_settings_are_checked(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "lifecycle.yaml",
+        "name: marin\nplacement: {peer_lost_seconds: 0, start_timeout_seconds: -1}\n",
+    )
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(path)
+    found = problems(error)
+    assert found[f"{path}: placement.peer_lost_seconds"] == "must be > 0.0"
+    assert found[f"{path}: placement.start_timeout_seconds"] == "must be >= 0.0"
+    off = write(tmp_path, "off.yaml", "name: marin\nplacement: {start_timeout_seconds: 0}\n")
+    placement = load_cluster_config(off).placement
+    assert (placement.start_timeout_seconds, placement.peer_lost_seconds) == (0, 900)
 
 
 def test_holding_for_starving_jobs_is_on_after_half_an_hour_by_default_and_zero_turns_it_off(tmp_path: Path) -> None:

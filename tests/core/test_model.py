@@ -367,7 +367,8 @@ class TestBadInput:
         found = problems({"job_id": "/a/b", "gpus": 8, "resource": {}})
         assert found == {
             "": "unknown field(s) gpus, resource; accepted: job_id, command, image, env, files, resources, "
-            "constraints, regions, priority_band, target_cluster, parent_job_id, scheduling_deadline_ms"
+            "constraints, regions, priority_band, target_cluster, parent_job_id, scheduling_deadline_ms, "
+            "on_peer_lost, start_timeout_seconds"
         }
 
     def test_unknown_fields_are_reported_with_the_other_problems_not_instead_of_them(self):
@@ -398,3 +399,26 @@ class TestBadInput:
         with pytest.raises(ValueError, match="frozen"):
             job.image = "other"  # type: ignore[misc]
         assert job.image == ""
+
+
+def test_the_lifecycle_fields_name_what_they_accept():
+    found = problems({"job_id": "/a/b", "on_peer_lost": "retry", "start_timeout_seconds": -5}, path="job")
+    assert found == {
+        "job.on_peer_lost": "must be one of: fail or requeue",
+        "job.start_timeout_seconds": "must be >= 0",
+    }
+    job = parse_job({"job_id": "/a/b"})
+    assert (job.on_peer_lost, job.start_timeout_seconds) == ("fail", None)  # the cluster's timeout applies
+
+
+def test_the_lifecycle_fields_stay_with_the_parent():
+    from iris_airflow_provider.peers.base import Handoff
+    from iris_airflow_provider.peers.wire import HandoffRequest
+
+    spec = parse_job({"job_id": "/a/b", "command": "true", "on_peer_lost": "requeue", "start_timeout_seconds": 60})
+    sent = HandoffRequest.of(Handoff("/a/b", "n", spec, "", "marin", "a", "a", 1)).spec
+    assert (
+        "on_peer_lost" not in sent
+        and "start_timeout_seconds" not in sent
+        and sent["command"] == ["/bin/sh", "-c", "true"]
+    )

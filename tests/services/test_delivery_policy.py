@@ -59,11 +59,20 @@ class FakeStore:
     jobs: list[JobRecord]
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     requeue_outcome: RequeueOutcome = RequeueOutcome.REQUEUED
+    claims: list[tuple[str, str]] = field(default_factory=list)  # ("claim" or "release", job id)
+    held: set[str] = field(default_factory=set)  # deliveries another tick holds (or cancelled jobs)
 
     def pending_handoffs(self, now_ms: int) -> list[JobRecord]:
         return list(self.jobs)
 
-    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int) -> bool:
+    def begin_delivery(self, job_id: str, nonce: str, now_ms: int, *, stale_before_ms: int) -> bool:
+        self.claims.append(("claim", job_id))
+        return job_id not in self.held
+
+    def release_delivery(self, job_id: str, nonce: str) -> None:
+        self.claims.append(("release", job_id))
+
+    def mark_handed_off(self, job_id: str, nonce: str, now_ms: int, *, peer_id: str = "") -> bool:
         self.calls.append(("handed_off", job_id))
         return True
 
@@ -133,6 +142,17 @@ def test_a_transient_failure_defers_the_next_attempt_by_the_jittered_backoff() -
     done, _ = deliver(store, {"cw": FailingPeer(PeerError(PeerErrorCode.UNAVAILABLE, "down"))}, jitter=0.0)
     assert done.retrying == ["/alice/a"]
     assert store.calls == [("defer", "/alice/a", "unavailable: down", NOW + 10_000)]
+    # Claimed before the call, released once its outcome is recorded: a cancel may trust "not found" again.
+    assert store.claims == [("claim", "/alice/a"), ("release", "/alice/a")]
+
+
+def test_a_delivery_it_cannot_claim_is_not_made() -> None:
+    """Another tick holds it, or a cancel landed since it was read: the peer is not called."""
+    store = FakeStore([pending("/alice/a"), pending("/alice/b")], held={"/alice/a"})
+    peer = FailingPeer(None)
+    done, _ = deliver(store, {"cw": peer})
+    assert [handoff.job_id for handoff in peer.delivered] == ["/alice/b"]
+    assert done.delivered == ["/alice/b"] and store.calls == [("handed_off", "/alice/b")]
 
 
 @pytest.mark.parametrize(

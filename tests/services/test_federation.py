@@ -354,7 +354,7 @@ def test_cancelling_a_handed_off_job_reaches_the_peer_and_is_redriven_while_it_i
     assert report.cancelled == ["/alice/long"]
     assert world.store.pending_cancels() == []
     killed = tick_until(federation, world.store, "/alice/long", JobState.KILLED)
-    assert killed.error == "Cancelled"
+    assert killed.error == "Cancelled on peer cw-h100"  # where the cancel was carried out
     on_peer = world.peer_backend("cw-h100").status("/alice/long")
     assert on_peer is not None and on_peer.state is JobState.KILLED
     federation.tick()

@@ -86,7 +86,7 @@ def test_a_tick_that_outlived_its_lease_stops_before_its_next_write(world: World
         world.clock.advance(TICK_LEASE_MS)  # it stalled past its lease, and another tick took over
         assert world.store.acquire_lease(TICK_LEASE, "the-tick-that-took-over", world.clock(), TICK_LEASE_MS)
         report = slow.release()
-    assert report.skipped == f"the {TICK_LEASE} lease expired before placement; another tick may be running"
+    assert report.skipped == f"the {TICK_LEASE} lease expired before lost peers; another tick may be running"
     assert report.promoted == [] and world.store.get_job("/alice/j0").peer_id == ""
     # Its release did not free the lease the other tick holds.
     assert federation.tick().skipped == HELD

@@ -19,7 +19,7 @@ from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
-from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, SyncResult
+from iris_airflow_provider.peers.base import Handoff, Peer, PeerError, PeerErrorCode, SyncResult, Termination
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.store import FederationStore
@@ -101,8 +101,21 @@ class ScriptedPeer:
         self._before("cancel", job_id)
         return self.inner.cancel(job_id, nonce)
 
+    def terminate(self, job_id: str, nonce: str) -> Termination:
+        self._before("terminate", job_id)
+        return self.inner.terminate(job_id, nonce)
+
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
+        self._before("logs", job_id)
         return self.inner.logs(job_id, cursor, max_lines)
+
+    def go_down(self, error: PeerError | None = None) -> None:
+        """Answer nothing (as a peer cut off, or stopped): every call fails until :meth:`come_back`."""
+        for method in ("heartbeat", "deliver", "sync", "cancel", "terminate", "logs"):
+            self.errors[method] = error or PeerError(PeerErrorCode.UNAVAILABLE, f"peer {self.peer_id} unreachable")
+
+    def come_back(self) -> None:
+        self.errors.clear()
 
 
 class FakePeer:
@@ -117,6 +130,7 @@ class FakePeer:
         self.h100 = h100
         self.jobs: dict[str, JobReport] = {}
         self.cancels: list[str] = []
+        self.terminations: list[str] = []
         self.cancel_error: PeerError | None = None
 
     def heartbeat(self) -> list[PeerBackend]:
@@ -144,6 +158,17 @@ class FakePeer:
         if not report.state.terminal:
             self.jobs[job_id] = replace(report, state=JobState.KILLED, error="Cancelled")
         return True
+
+    def terminate(self, job_id: str, nonce: str) -> Termination:
+        self.terminations.append(job_id)
+        if self.cancel_error is not None:
+            raise self.cancel_error
+        report = self.jobs.get(job_id)
+        if report is None or report.nonce != nonce:
+            return Termination.NOT_FOUND
+        if not report.state.terminal:
+            self.jobs[job_id] = replace(report, state=JobState.KILLED, error="Cancelled")
+        return Termination.ENDED
 
     def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
         return LogChunk((), cursor)
@@ -252,6 +277,7 @@ def spec(
     tpu: int = 0,
     pin: str = "",
     deadline: int | None = None,
+    **lifecycle: Any,
 ) -> JobSpec:
     device: dict[str, Any] = {"type": "cpu"}
     if h100:
@@ -267,6 +293,7 @@ def spec(
             "resources": {"device": device},
             "target_cluster": pin,
             "scheduling_deadline_ms": deadline,
+            **lifecycle,  # on_peer_lost, start_timeout_seconds
         }
     )
 

@@ -236,12 +236,27 @@ def _gpu_backend(backend_id: str, *, epoch: int, free: int = 8, version: int = 2
 
 
 class TestCancel:
-    def test_cancel_of_a_pending_handoff_kills_it_and_tells_the_peer(self, store):
+    def test_cancel_of_a_handoff_never_sent_kills_it_with_nothing_to_tell(self, store):
         queue(store)
         store.promote(promotion(), NOW)
         outcome = store.request_cancel("/alice/train", NOW + 1)
-        assert outcome.killed and outcome.notify_peer == "cw"
-        assert store.get_job("/alice/train").cancel_intent_version == 1
+        assert outcome.killed and outcome.notify_peer == ""
+        job = store.get_job("/alice/train")
+        assert (job.state, job.error) == (JobState.KILLED, reasons.CANCELLED_BEFORE_HANDOFF)
+        assert job.cancel_intent_version == 1 and store.pending_cancels() == []
+
+    @pytest.mark.parametrize("attempt", ["in_flight", "failed"])
+    def test_cancel_of_a_handoff_a_delivery_may_have_reached_asks_the_peer_first(self, store, attempt):
+        job = queue(store)
+        store.promote(promotion(), NOW)
+        assert store.begin_delivery("/alice/train", job.nonce, NOW, stale_before_ms=NOW - 1)
+        if attempt == "failed":
+            store.defer_delivery("/alice/train", job.nonce, "unavailable: reset", NOW + 60_000, NOW)
+            store.release_delivery("/alice/train", job.nonce)
+        outcome = store.request_cancel("/alice/train", NOW + 1)
+        assert not outcome.killed and outcome.notify_peer == "cw"
+        job = store.get_job("/alice/train")
+        assert job.state is JobState.PENDING and [j.job_id for j in store.pending_cancels()] == ["/alice/train"]
 
     def test_cancel_after_handoff_records_intent_and_leaves_the_state_to_the_peer(self, store):
         queue(store)

@@ -289,7 +289,7 @@
   }
 
   function PeerCard({ peer }) {
-    const health = peer.reachable ? "reachable" : peer.stale ? "stale" : "unreachable";
+    const health = peer.reachable ? "reachable" : peer.stale ? "stale" : peer.lost ? "lost" : "unreachable";
     const palette = peer.reachable ? "success" : peer.stale ? "warning" : "failed";
     return h(
       C.Card.Root,
@@ -315,6 +315,20 @@
             " active job(s)",
         ),
         peer.last_error ? h(C.Text, { fontSize: "xs", color: "fg.error" }, peer.last_error) : null,
+        peer.lost
+          ? h(
+              C.Text,
+              { fontSize: "xs", color: "fg.error", "data-testid": "peer-lost-" + peer.peer_id },
+              "lost: unreachable for " + duration(peer.unreachable_for_ms) + "; its jobs were settled without it",
+            )
+          : null,
+        peer.superseded_incarnations
+          ? h(
+              C.Text,
+              { fontSize: "xs", color: "fg.muted", "data-testid": "peer-superseded-" + peer.peer_id },
+              peer.superseded_incarnations + " superseded incarnation(s) to terminate there once it answers",
+            )
+          : null,
       ),
       h(
         C.Card.Body,
