@@ -29,7 +29,7 @@ from iris_airflow_provider.store.common import (
 )
 from iris_airflow_provider.store.holds import end_hold
 from iris_airflow_provider.store.records import HandoffRefusal, JobRecord, replica_values
-from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, requeue_locked
+from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, lock_for_requeue, requeue_locked
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
 
 # Reported states in which a job holds capacity where it runs (admitted there, or running).
@@ -198,22 +198,15 @@ class Handoffs(StoreBase):
         """
         job_id, nonce, peer_id = refusal.job_id, refusal.nonce, refusal.peer_id
         with self._write() as connection:
-            row = (
-                connection.execute(
-                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers)
-                    .where(
-                        jobs.c.job_id == job_id,
-                        jobs.c.nonce == nonce,
-                        jobs.c.direction == Direction.SENT.value,
-                        jobs.c.handoff_state == HandoffState.PENDING.value,
-                        jobs.c.peer_id == peer_id,
-                        jobs.c.cancel_intent_version == 0,
-                        not_terminal(),
-                    )
-                    .with_for_update()
-                )
-                .mappings()
-                .first()
+            row = lock_for_requeue(
+                connection,
+                jobs.c.job_id == job_id,
+                jobs.c.nonce == nonce,
+                jobs.c.direction == Direction.SENT.value,
+                jobs.c.handoff_state == HandoffState.PENDING.value,
+                jobs.c.peer_id == peer_id,
+                jobs.c.cancel_intent_version == 0,
+                not_terminal(),
             )
             if row is None:
                 return RequeueOutcome.STALE

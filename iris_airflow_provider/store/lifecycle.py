@@ -15,7 +15,7 @@ from iris_airflow_provider.core.start_timeout import NOT_STARTED
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.common import StoreBase, event, not_terminal, notice, queued, set_terminal, touched
 from iris_airflow_provider.store.records import JobRecord
-from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, requeue_locked
+from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, lock_for_requeue, requeue_locked
 from iris_airflow_provider.store.schema import jobs
 
 LIVE_HANDOFFS = (HandoffState.PENDING.value, HandoffState.HANDED_OFF.value)
@@ -83,19 +83,12 @@ class Lifecycle(StoreBase):
         since it was judged (it is judged again on the next tick)."""
         job_id, peer_id = record.job_id, record.peer_id
         with self._write() as connection:
-            row = (
-                connection.execute(
-                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers)
-                    .where(
-                        jobs.c.job_id == job_id,
-                        jobs.c.nonce == record.nonce,
-                        jobs.c.row_version == record.row_version,
-                        _live_handoff(),
-                    )
-                    .with_for_update()
-                )
-                .mappings()
-                .first()
+            row = lock_for_requeue(
+                connection,
+                jobs.c.job_id == job_id,
+                jobs.c.nonce == record.nonce,
+                jobs.c.row_version == record.row_version,
+                _live_handoff(),
             )
             if row is None:
                 return None
@@ -206,20 +199,13 @@ class Lifecycle(StoreBase):
         """The peer confirmed it no longer runs ``record``'s incarnation: back to the queue under a new
         nonce, avoiding that peer (nothing is left there to terminate)."""
         with self._write() as connection:
-            row = (
-                connection.execute(
-                    sa.select(jobs.c.requeue_count, jobs.c.avoided_peers)
-                    .where(
-                        jobs.c.job_id == record.job_id,
-                        jobs.c.nonce == record.nonce,
-                        jobs.c.withdraw_reason != "",
-                        jobs.c.cancel_intent_version == 0,
-                        _live_handoff(),
-                    )
-                    .with_for_update()
-                )
-                .mappings()
-                .first()
+            row = lock_for_requeue(
+                connection,
+                jobs.c.job_id == record.job_id,
+                jobs.c.nonce == record.nonce,
+                jobs.c.withdraw_reason != "",
+                jobs.c.cancel_intent_version == 0,
+                _live_handoff(),
             )
             if row is None:
                 return RequeueOutcome.STALE

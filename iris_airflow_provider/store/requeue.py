@@ -48,6 +48,13 @@ def abandon(connection: sa.Connection, peer_id: str, job_id: str, nonce: str, re
     )
 
 
+def lock_for_requeue(connection: sa.Connection, *conditions: sa.ColumnElement[bool]) -> sa.RowMapping | None:
+    """The job row's requeue budget and avoided peers, locked until the transaction ends, if every
+    one of ``conditions`` (the caller's compare-and-set on the row) still holds; else ``None``."""
+    query = sa.select(jobs.c.requeue_count, jobs.c.avoided_peers).where(*conditions).with_for_update()
+    return connection.execute(query).mappings().first()
+
+
 def requeue_locked(
     connection: sa.Connection,
     departure: Departure,

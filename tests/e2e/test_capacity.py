@@ -99,6 +99,12 @@ def test_a_job_no_backend_could_ever_hold_fails_at_once_naming_the_largest(deplo
     log = deployment.task_log("e2e_job", run, "run")
     assert "needs 16 h100 on one backend; the largest that can host it is cw-h100/default with 4 in total" in log
     assert not [j for j in store.list_jobs(limit=1000) if j.origin and j.origin.run_id == run]
+    # Pinned to a peer whose backends are all too small, it is rejected too: it could never run there.
+    pinned = deployment.trigger(
+        "e2e_job", {"job": {**h100(8, "echo never"), "target_cluster": "cw-h100"}}, user="alice"
+    )
+    assert deployment.wait_for_run("e2e_job", pinned) == "failed"
+    assert "cw-h100/default with 4 in total" in deployment.task_log("e2e_job", pinned, "run")
 
 
 def test_a_big_job_behind_a_stream_of_small_ones_holds_the_backend_and_runs_first(deployment, store, tmp_path):
