@@ -68,7 +68,7 @@ placement:
   requeue_avoid_seconds: 5
 federation: {{private_key: {root / "marin.key"}}}
 backends: [{{id: cpu, kind: process, max_running_jobs: 4}}]
-peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}"}}]
+peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}", allow_insecure_http: true}}]
 """
     )
     (root / "peer.yaml").write_text(
