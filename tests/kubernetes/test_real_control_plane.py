@@ -113,7 +113,10 @@ def test_kueue_admits_a_suspended_job_and_kwok_runs_its_pod(api: Any) -> None:
     )
 
 
-def test_kueue_webhook_suspends_a_queued_job_at_creation(api: Any) -> None:
-    """The mutating webhook is live over TLS: a queued Job created running comes back suspended."""
+def test_kueue_webhooks_answer_over_tls(api: Any) -> None:
+    """Kueue's webhooks are live on loopback: the mutating one suspends a queued Job created running,
+    and the conversion one serves a ClusterQueue stored as v1beta2 at v1beta1."""
     created = client.BatchV1Api(api).create_namespaced_job(NS, job("queued", suspend=False))
     assert created.spec.suspend is True
+    old = client.CustomObjectsApi(api).get_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "clusterqueues", "cq")
+    assert old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
