@@ -94,6 +94,9 @@ def ticks(store: FederationStore, count: int) -> None:
 
 
 def test_a_job_no_backend_could_ever_hold_fails_at_once_naming_the_largest(deployment, store):
+    # What the peer's backends hold in total is known from its first heartbeat; before it, the peer
+    # is unreachable and a GPU job is unschedulable for that reason instead.
+    _wait(lambda: any(p.peer_id == "cw-h100" and p.reachable for p in store.peers()), "cw-h100's first heartbeat")
     run = deployment.trigger("e2e_job", {"job": h100(16, "echo never")}, user="alice")
     assert deployment.wait_for_run("e2e_job", run) == "failed"
     log = deployment.task_log("e2e_job", run, "run")
