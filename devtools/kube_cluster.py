@@ -4,7 +4,8 @@ its webhooks, from the binaries ``scripts/kube-binaries.sh`` builds. No Airflow 
 
     bin_dir = find_binaries()                 # None when they were never built
     with KubeCluster(tmp_path, bin_dir) as kube:
-        kube.create_node("gpu-1", gpus=8)     # a KWOK node
+        kube.create_node("gpu-1", gpus=8)     # a KWOK node: its pods run nothing
+        kube.create_command_node("gpu-2", gpus=8)  # its pods run their command (kube_command_node)
         api = kube.admin_client()             # a kubernetes ApiClient in system:masters
 
 Every process listens on 127.0.0.1 only, logs to ``<directory>/logs/<name>.log``, and is stopped
@@ -21,9 +22,10 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,16 @@ def find_binaries() -> Path | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return Path(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 def free_port() -> int:
@@ -98,25 +110,21 @@ class KubeCluster:
     def stop(self) -> None:
         """Stop each process by its pid, newest first (Kueue before the API server it serves)."""
         for name, process in reversed(list(self.processes.items())):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
+            _terminate(process)
             self.processes.pop(name)
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], *, cwd: Path | None = None) -> None:
+        """Start ``args`` (a binary of ``bin_dir`` when not an absolute path), logging to ``log(name)``."""
         logs = self.directory / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        program = args[0] if os.path.isabs(args[0]) else str(self.bin / args[0])
         with (logs / f"{name}.log").open("ab") as log:
             self.processes[name] = subprocess.Popen(
-                [str(self.bin / args[0]), *args[1:]],
+                [program, *args[1:]],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=self.directory,
+                cwd=cwd or self.directory,
                 start_new_session=True,
             )
 
@@ -337,11 +345,17 @@ class KubeCluster:
         cpu: str = "32",
         memory: str = "256Gi",
         labels: Mapping[str, str] | None = None,
+        unschedulable: bool = False,
+        taints: Sequence[Mapping[str, str]] = (),
     ) -> None:
-        """A node KWOK keeps Ready, with ``gpus`` ``nvidia.com/gpu`` allocatable."""
+        """A node KWOK keeps Ready, with ``gpus`` ``nvidia.com/gpu`` allocatable. Its pods run no
+        command: KWOK marks them running (and a Job's pods succeeded at once)."""
         from kubernetes import client
 
         resources = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
+        spec: dict[str, Any] = {"unschedulable": unschedulable}
+        if taints:
+            spec["taints"] = [dict(t) for t in taints]
         with self.admin_client() as api:
             client.CoreV1Api(api).create_node(
                 {
@@ -352,9 +366,69 @@ class KubeCluster:
                         "annotations": dict([KWOK_ANNOTATION]),
                         "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})},
                     },
+                    "spec": spec,
                     "status": {"allocatable": resources, "capacity": resources},
                 }
             )
+        self._wait_node_ready(name)
+
+    def create_command_node(self, name: str, *, gpus: int = 0, labels: Mapping[str, str] | None = None) -> None:
+        """A node whose pods really run their command (``kube_command_node``): for tests that need a
+        job's output, files, environment and exit code. Stopped with the cluster or ``delete_node``."""
+        port = free_port()
+        cert, key = self.pki.issue(f"node-{name}", f"system:node:{name}", dns=[name], ips=["127.0.0.1"], server=True)
+        ready = self.directory / f"node-{name}.ready"
+        args = [
+            sys.executable,
+            "-m",
+            "devtools.kube_command_node",
+            f"--kubeconfig={self.admin_kubeconfig}",
+            f"--node={name}",
+            f"--gpus={gpus}",
+            f"--port={port}",
+            f"--tls-cert={cert}",
+            f"--tls-key={key}",
+            f"--directory={self.directory / 'nodes' / name}",
+            f"--ready-file={ready}",
+            *(f"--label={key}={value}" for key, value in (labels or {}).items()),
+        ]
+        self._spawn(f"node-{name}", args, cwd=REPO)
+        self._wait(f"node-{name}", ready.exists)
+        self._wait_node_ready(name)
+
+    def _wait_node_ready(self, name: str) -> None:
+        """Until the node is Ready and the controller manager has lifted the ``not-ready`` taint the
+        API server puts on every new node: before that it takes no pods and counts for nothing."""
+        from kubernetes import client
+
+        def ready() -> bool:
+            with self.admin_client() as api:
+                node = client.CoreV1Api(api).read_node(name)
+            conditions = {c.type: c.status for c in node.status.conditions or []}
+            condition_taints = [
+                t.key
+                for t in node.spec.taints or []
+                if t.key.startswith("node.kubernetes.io/") and t.key != "node.kubernetes.io/unschedulable"
+            ]
+            return conditions.get("Ready") == "True" and not condition_taints
+
+        self._wait(f"node-{name}" if f"node-{name}" in self.processes else "kwok", ready)
+
+    def delete_node(self, name: str) -> None:
+        """Delete a node (and stop its command runner, if it has one). Its pods are left to the pod
+        garbage collector, as when a node goes away."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        process = self.processes.pop(f"node-{name}", None)
+        if process is not None:
+            _terminate(process)
+        with self.admin_client() as api:
+            try:
+                client.CoreV1Api(api).delete_node(name)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
 
     # --- Kueue ---------------------------------------------------------------------------------
 

@@ -28,3 +28,23 @@ def _fresh_store_url_cache():
     federation_store._async_urls.clear()
     yield
     federation_store._async_urls.clear()
+
+
+@pytest.fixture(scope="session")
+def real_kube(tmp_path_factory: pytest.TempPathFactory):
+    """The real Kubernetes control plane (``devtools/kube_cluster.py``: etcd, kube-apiserver,
+    controller manager, scheduler, Kueue, KWOK), started once for the session on first use.
+
+    Its binaries are built by ``scripts/kube-binaries.sh`` (the first build takes a while); without
+    them the tests that need it skip, saying so, unless ``IRIS_REQUIRE_KUBERNETES=1``, which fails them.
+    """
+    from devtools.kube_cluster import KubeCluster, find_binaries
+
+    bin_dir = find_binaries()
+    if bin_dir is None:
+        message = "the Kubernetes control plane binaries are not built; run: bash scripts/kube-binaries.sh"
+        if os.environ.get("IRIS_REQUIRE_KUBERNETES") == "1":
+            pytest.fail(message + " (IRIS_REQUIRE_KUBERNETES=1)")
+        pytest.skip(message)
+    with KubeCluster(tmp_path_factory.mktemp("kube"), bin_dir) as kube:
+        yield kube

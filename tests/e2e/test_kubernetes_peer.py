@@ -1,9 +1,10 @@
 """End to end: an Airflow deployment whose peer ``cw-k8s`` is a Kubernetes cluster with Kueue (the
-fake API server), driven directly (agentless) through a ``kubernetes`` connection.
+real control plane of ``devtools/kube_cluster.py``), driven directly (agentless) through a
+``kubernetes`` connection holding a service account token with the README's RBAC.
 
 A GPU job triggered through the REST API is placed on the peer from its heartbeat, runs there as a
-batch/v1 Job (the fake kubelet runs its command), and the DAG run succeeds; a failing job is
-mirrored with its exit code.
+batch/v1 Job admitted by Kueue (its two nodes run each pod's real command), and the DAG run
+succeeds; a failing job is mirrored with its exit code.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ import pytest
 from kubernetes import client
 
 from devtools.airflow_deployment import AirflowDeployment
-from devtools.fake_kube import FakeKube
+from devtools.kube_cluster import KubeCluster
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, NONCE_ANNOTATION, job_key
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store.store import FederationStore
-from tests.backends.contract.conftest import readme_rbac_rules
 from tests.e2e.conftest import free_port, save_logs
+from tests.kubernetes.peer_namespace import H100, PeerNamespace, peer_namespace
 from tests.postgres import scratch_database
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.kubernetes]
 
 NAMESPACE = "iris"
 PRODUCT = "nvidia.com/gpu.product"
+NODES = ("h100-0", "h100-1")
 CLUSTER = f"""
 name: marin
 placement:
@@ -54,23 +56,19 @@ peers:
 
 
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKube]:
-    with FakeKube(
-        tmp_path_factory.mktemp("fake-kube-e2e"),
-        namespaces=["default", NAMESPACE],
-        nodes=[
-            {"name": f"h100-{i}", "labels": {PRODUCT: "NVIDIA-H100-80GB-HBM3"}, "allocatable": {"nvidia.com/gpu": "8"}}
-            for i in (0, 1)
-        ],
-        priority_classes={"iris-batch": 100, "iris-interactive": 1000, "iris-production": 10000},
-        kueue={"local_queues": {f"{NAMESPACE}/iris": "gpus"}, "cluster_queues": {"gpus": {"nvidia.com/gpu": 16}}},
-        adapter_rules=readme_rbac_rules(NAMESPACE),
-    ) as kube:
-        yield kube
+def kube(real_kube: KubeCluster) -> Iterator[PeerNamespace]:
+    try:
+        for node in NODES:
+            real_kube.create_command_node(node, gpus=8, labels={PRODUCT: H100})
+        with peer_namespace(real_kube, NAMESPACE, gpu_quota=16) as peer:
+            yield peer
+    finally:
+        for node in NODES:
+            real_kube.delete_node(node)
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory, kube: FakeKube) -> Iterator[AirflowDeployment]:
+def deployment(tmp_path_factory: pytest.TempPathFactory, kube: PeerNamespace) -> Iterator[AirflowDeployment]:
     home = tmp_path_factory.mktemp("airflow-k8s-parent")
     (home / "cluster.yaml").write_text(CLUSTER)
     with scratch_database("iris_e2e_k8s_meta") as metadata_url, scratch_database("iris_e2e_k8s_store") as store_url:
@@ -81,7 +79,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, kube: FakeKube) -> Iter
             store_url=store_url,
             cluster_config=home / "cluster.yaml",
             dags_folder=Path(__file__).parent / "dags",
-            extra_env={"AIRFLOW_CONN_KUBE_CW_K8S": kube.connection(namespace=NAMESPACE)},
+            extra_env={"AIRFLOW_CONN_KUBE_CW_K8S": kube.connection()},
         )
         try:
             deployment.start()
@@ -114,9 +112,10 @@ def test_a_gpu_job_runs_on_the_kubernetes_peer_and_the_run_succeeds(deployment, 
     record = store.get_job(result["job_id"])
     assert record.state is JobState.SUCCEEDED and record.submitting_user == "alice"
     # It ran on the cluster: one Job, of this incarnation, whose two pods succeeded.
-    jobs = client.BatchV1Api(kube.admin_client()).list_namespaced_job(
-        NAMESPACE, label_selector=f"{JOB_KEY_LABEL}={job_key(record.job_id)}"
-    )
+    with kube.kube.admin_client() as admin:
+        jobs = client.BatchV1Api(admin).list_namespaced_job(
+            NAMESPACE, label_selector=f"{JOB_KEY_LABEL}={job_key(record.job_id)}"
+        )
     [k8s_job] = jobs.items
     assert k8s_job.metadata.annotations[NONCE_ANNOTATION] == record.nonce
     assert k8s_job.metadata.labels["kueue.x-k8s.io/queue-name"] == "iris"

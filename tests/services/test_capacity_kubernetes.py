@@ -1,6 +1,6 @@
 """No double-booking on a Kubernetes peer whose Kueue holds the Jobs it is handed suspended.
 
-The fake API server's ClusterQueue has no GPU quota, so Kueue admits nothing: every Job delivered
+The real control plane's ClusterQueue has no GPU quota, so Kueue admits nothing: every Job delivered
 stays suspended, its pods hold no GPUs, and the cluster's 8 free GPUs are advertised on every
 heartbeat. Without reservations that outlive an observation, each tick would hand it another job.
 """
@@ -13,50 +13,50 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from devtools.fake_kube import FakeKube
+from devtools.kube_cluster import KubeCluster
 from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
 from iris_airflow_provider.core.reservations import RESERVED_NOTE
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.peers.agentless import AgentlessPeer
 from iris_airflow_provider.services.job_views import job_explanation
 from iris_airflow_provider.store.store import FederationStore
-from tests.backends.contract.conftest import FAKE_CLASSES, H100, PRODUCT, readme_rbac_rules
+from tests.kubernetes.peer_namespace import BAND_CLASSES, H100, PRODUCT, PeerNamespace, peer_namespace
 from tests.services.world import ALICE, World, spec, tick_until
 
-NAMESPACE = "iris"
+NAMESPACE = "iris-capacity"
 CONN_ID = "iris_kube_capacity"
 
 
+pytestmark = pytest.mark.kubernetes
+
+
 @pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeKube]:
-    with FakeKube(
-        tmp_path_factory.mktemp("fake-kube-capacity"),
-        namespaces=["default", NAMESPACE],
-        nodes=[{"name": "h100-0", "labels": {PRODUCT: H100}, "allocatable": {"nvidia.com/gpu": "8"}}],
-        priority_classes={"iris-batch": 100, "iris-interactive": 1000, "iris-production": 10000},
-        kueue={"local_queues": {f"{NAMESPACE}/iris": "gpus"}, "cluster_queues": {"gpus": {"nvidia.com/gpu": 0}}},
-        adapter_rules=readme_rbac_rules(NAMESPACE),
-    ) as kube:
-        yield kube
+def kube(real_kube: KubeCluster) -> Iterator[PeerNamespace]:
+    real_kube.create_node("capacity-h100-0", gpus=8, labels={PRODUCT: H100})
+    try:
+        with peer_namespace(real_kube, NAMESPACE, gpu_quota=0) as peer:
+            yield peer
+    finally:
+        real_kube.delete_node("capacity-h100-0")
 
 
 @pytest.fixture
 def world(
-    tmp_path: Path, sqlite_store: FederationStore, kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sqlite_store: FederationStore, kube: PeerNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[World]:
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", kube.connection(namespace=NAMESPACE))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", kube.connection())
     world = World(tmp_path, sqlite_store)
     yield world
     world.close()
 
 
-def test_kueue_holding_suspended_jobs_gets_one_job_not_one_per_tick(world: World, kube: FakeKube) -> None:
+def test_kueue_holding_suspended_jobs_gets_one_job_not_one_per_tick(world: World, kube: PeerNamespace) -> None:
     backend = KubernetesBackend(
         "default",
         conn_id=CONN_ID,
         namespace=NAMESPACE,
         queue_name="iris",
-        priority_classes=dict(FAKE_CLASSES),
+        priority_classes=dict(BAND_CLASSES),
         variant_label=PRODUCT,
         variant_values={H100: "h100"},
         image="busybox:1.36",
@@ -77,7 +77,8 @@ def test_kueue_holding_suspended_jobs_gets_one_job_not_one_per_tick(world: World
     # as one observation (its numbers did not change), heartbeat after heartbeat.
     first = tick_until(federation, world.store, "/alice/train-0", JobState.PENDING)
     assert first.handoff_state is HandoffState.HANDED_OFF
-    jobs = client.BatchV1Api(kube.admin_client()).list_namespaced_job(NAMESPACE).items
+    with kube.kube.admin_client() as admin:
+        jobs = client.BatchV1Api(admin).list_namespaced_job(NAMESPACE).items
     assert [job.spec.suspend for job in jobs] == [True]
     assert backend.describe().availability.amounts == {"h100": 8}
     assert len(epochs) == 1

@@ -1,10 +1,13 @@
 """Where the backend contract scenarios run: the ``process`` backend (always, on a fresh state
-directory per test), the ``kubernetes`` backend against the in-repo fake API server (always), and
-against a real cluster when a kubeconfig is given (``IRIS_KUBECONFIG``, else ``KUBECONFIG``);
-without one those skip, saying so.
+directory per test), the ``kubernetes`` backend against the real control plane of
+``devtools/kube_cluster.py`` (Kueue included; skipped without its binaries unless
+``IRIS_REQUIRE_KUBERNETES=1``), and against a cluster of yours when a kubeconfig is given
+(``IRIS_KUBECONFIG``, else ``KUBECONFIG``; without one that target is not generated).
 
-The fake's adapter token holds exactly the RBAC the README documents (parsed from its YAML), so
-every scenario passing there also proves the README asks for enough.
+On the control plane the backend acts as a service account holding exactly the RBAC the README
+documents (applied from its YAML), so every scenario passing there also proves the README asks for
+enough. Its one schedulable H100 node runs each pod's real command (``kube_command_node``); the
+cordoned and the tainted one are KWOK's.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,25 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from devtools.fake_kube import FakeKube
+from devtools.kube_cluster import KubeCluster
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, KubernetesBackend, job_key, job_name
 from iris_airflow_provider.backends.process.backend import ProcessBackend, job_directory_name
 from iris_airflow_provider.core.bands import Band, parse_band
-
-REPO = Path(__file__).resolve().parents[3]
-H100 = "NVIDIA-H100-80GB-HBM3"
-PRODUCT = "nvidia.com/gpu.product"
-FAKE_CLASSES = {Band.PRODUCTION: "iris-production", Band.INTERACTIVE: "iris-interactive", Band.BATCH: "iris-batch"}
+from tests.kubernetes.peer_namespace import BAND_CLASSES, H100, PRODUCT, QUEUE, peer_namespace
 
 
 @dataclass
 class Target:
     """What the scenarios run against, and how the backend is configured for it."""
 
-    kind: str  # "process", or for Kubernetes "fake" or "cluster"
+    kind: str  # "process", or for Kubernetes "kube" (the control plane here) or "cluster" (yours)
     namespace: str
     admin: Any  # a kubernetes ApiClient allowed to set up and inspect (None for the process backend)
     queue_name: str = ""
@@ -48,8 +45,7 @@ class Target:
     variant_value: str | None = None  # the label value of the variant, for test pods' node selectors
     image: str = "busybox:1.36"
     exclusive: bool = False  # the test may fill the variant's GPUs
-    fake: FakeKube | None = None
-    conn_id: str = "iris_kube_fake"
+    conn_id: str = "iris_kube_contract"
     state_dir: Path | None = None  # the process backend's
     slots: int = 8  # the process backend's device slots of the variant
 
@@ -102,69 +98,37 @@ class Target:
         return self.slots, 1  # one machine: all its slots
 
 
-def readme_rbac_rules(namespace: str) -> list[dict[str, Any]]:
-    """The RBAC rules of the README's Kubernetes section, as the fake API server enforces them."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Kubernetes backend", 1)[1].split("\n## ", 1)[0]
-    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "kind: ClusterRole" in b]
-    assert len(blocks) == 1, "the README's Kubernetes section must hold one YAML block with the RBAC"
-    rules = []
-    for document in yaml.safe_load_all(blocks[0]):
-        if document["kind"] not in ("ClusterRole", "Role"):
-            continue
-        scope = document["metadata"].get("namespace", "") if document["kind"] == "Role" else ""
-        for rule in document["rules"]:
-            rules.append({**rule, "namespace": namespace if scope else ""})
-    return rules
-
-
-@pytest.fixture(scope="session")
-def fake_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    namespace = "iris"
-    kube = FakeKube(
-        tmp_path_factory.mktemp("fake-kube"),
-        namespaces=["default", namespace],
-        nodes=[
-            {"name": "h100-a", "labels": {PRODUCT: H100}, "allocatable": {"nvidia.com/gpu": "8"}},
-            {
-                "name": "h100-cordoned",
-                "labels": {PRODUCT: H100},
-                "allocatable": {"nvidia.com/gpu": "8"},
-                "unschedulable": True,
-            },
-            {
-                "name": "h100-maintenance",
-                "labels": {PRODUCT: H100},
-                "allocatable": {"nvidia.com/gpu": "8"},
-                "taints": [{"key": "maintenance", "value": "true", "effect": "NoExecute"}],
-            },
-        ],
-        priority_classes={"iris-batch": 100, "iris-interactive": 1000, "iris-production": 10000},
-        kueue={"local_queues": {f"{namespace}/iris": "gpus"}, "cluster_queues": {"gpus": {"nvidia.com/gpu": 8}}},
-        adapter_rules=readme_rbac_rules(namespace),
-    )
-    with kube, pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_IRIS_KUBE_FAKE", kube.connection(namespace=namespace))
-        yield Target(
-            kind="fake",
-            namespace=namespace,
-            admin=kube.admin_client(),
-            queue_name="iris",
-            priority_classes=dict(FAKE_CLASSES),
-            variant_label=PRODUCT,
-            variant_value=H100,
-            exclusive=True,
-            fake=kube,
-        )
+@pytest.fixture(scope="module")
+def kube_target(real_kube: KubeCluster) -> Iterator[Target]:
+    namespace = "iris-contract"
+    nodes = ("h100-a", "h100-cordoned", "h100-maintenance")
+    real_kube.create_command_node("h100-a", gpus=8, labels={PRODUCT: H100})
+    real_kube.create_node("h100-cordoned", gpus=8, labels={PRODUCT: H100}, unschedulable=True)
+    maintenance = {"key": "maintenance", "value": "true", "effect": "NoExecute"}
+    real_kube.create_node("h100-maintenance", gpus=8, labels={PRODUCT: H100}, taints=[maintenance])
+    try:
+        with peer_namespace(real_kube, namespace, gpu_quota=8) as peer, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AIRFLOW_CONN_IRIS_KUBE_CONTRACT", peer.connection())
+            with real_kube.admin_client() as admin:
+                yield Target(
+                    kind="kube",
+                    namespace=namespace,
+                    admin=admin,
+                    queue_name=QUEUE,
+                    priority_classes=dict(BAND_CLASSES),
+                    variant_label=PRODUCT,
+                    variant_value=H100,
+                    exclusive=True,
+                )
+    finally:
+        for node in nodes:
+            real_kube.delete_node(node)
 
 
 @pytest.fixture(scope="session")
 def cluster_target() -> Iterator[Target]:
-    kubeconfig = os.environ.get("IRIS_KUBECONFIG") or os.environ.get("KUBECONFIG")
-    if not kubeconfig:
-        pytest.skip(
-            "no real cluster: set IRIS_KUBECONFIG (or KUBECONFIG) to run the Kubernetes contract suite against one"
-        )
+    kubeconfig = _your_kubeconfig()
+    assert kubeconfig, "the cluster target exists only when IRIS_KUBECONFIG (or KUBECONFIG) names one"
     from kubernetes import config
 
     namespace = os.environ.get("IRIS_K8S_NAMESPACE", "iris-contract")
@@ -202,6 +166,11 @@ def process_target(tmp_path: Path) -> Iterator[Target]:
                 os.killpg(status["pgid"], signal.SIGKILL)
 
 
-@pytest.fixture(params=["process", "fake", "cluster"])
+def _your_kubeconfig() -> str | None:
+    return os.environ.get("IRIS_KUBECONFIG") or os.environ.get("KUBECONFIG")
+
+
+# Your cluster is a target only when you name one: a run without it has nothing to skip.
+@pytest.fixture(params=["process", "kube", *(["cluster"] if _your_kubeconfig() else [])])
 def target(request: pytest.FixtureRequest) -> Target:
     return request.getfixturevalue(f"{request.param}_target")

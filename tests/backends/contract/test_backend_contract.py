@@ -1,5 +1,5 @@
 """The contract every backend keeps, run against each: the ``process`` backend always, the
-``kubernetes`` backend against the fake API server always and a real cluster when configured.
+``kubernetes`` backend against the real control plane here and a cluster of yours when configured.
 
 Scenarios: the heartbeat in the seed's shape, counting running work per band (on Kubernetes also
 from a mix of gated, admitted, finished and unknown-class pods); delivering twice with one nonce
@@ -169,7 +169,7 @@ def test_the_heartbeat_counts_admitted_pods_per_band_and_ignores_gated_and_finis
         assert {"band": UNATTRIBUTED_BAND, "amounts": {variant: after.unattributed[variant]}} in after.to_wire()[
             "held_by_band"
         ]
-        if target.kind == "fake":  # the fake's cluster is ours alone: exact numbers
+        if target.kind == "kube":  # the control plane here is ours alone: exact numbers
             assert (after.total_amounts, after.amounts) == ({"h100": 8}, {"h100": 5})
             assert backend.capacity().left_out_nodes == {
                 "h100-cordoned": "unschedulable (cordoned)",
