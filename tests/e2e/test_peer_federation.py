@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,9 +27,9 @@ from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.conftest import free_port
+from tests.e2e.deployments import deployment_pair
 from tests.e2e.jobs import admitted_job_of, job_of
-from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
@@ -83,44 +82,11 @@ backends:
   - {{id: one-at-a-time, kind: process, devices: {{a100: 8}}, max_running_jobs: 1}}
 """
     )
-    with (
-        scratch_database("iris_fed_parent_meta") as parent_meta,
-        scratch_database("iris_fed_parent_store") as parent_store_url,
-        scratch_database("iris_fed_peer_meta") as peer_meta,
-        scratch_database("iris_fed_peer_store") as peer_store_url,
-    ):
-        dags = Path(__file__).parent / "dags"
-        parent = AirflowDeployment(
-            home=root / "parent",
-            port=free_port(),
-            metadata_url=parent_meta,
-            store_url=parent_store_url,
-            cluster_config=root / "parent.yaml",
-            dags_folder=dags,
-        )
-        peer = AirflowDeployment(
-            home=root / "peer",
-            port=peer_port,
-            metadata_url=peer_meta,
-            store_url=peer_store_url,
-            cluster_config=root / "peer.yaml",
-            dags_folder=dags,
-        )
-        parent_store = FederationStore.from_url(parent_store_url)
-        peer_store = FederationStore.from_url(peer_store_url)
-        try:
-            peer.start()
-            parent.start()
-            peer.wait_for_dag(RUNNER_DAG_ID)
-            parent.wait_for_dag("e2e_job")
-            yield Federation(parent, peer, parent_store, peer_store, proxy, keys)
-        finally:
-            for deployment, name in ((parent, "federation-parent"), (peer, "federation-peer")):
-                deployment.stop()
-                save_logs(deployment, name)
-            parent_store.dispose()
-            peer_store.dispose()
-            proxy.stop()
+    try:
+        with deployment_pair(root, databases="iris_fed", logs="federation", peer_port=peer_port) as running:
+            yield Federation(running.parent, running.peer, running.parent_store, running.peer_store, proxy, keys)
+    finally:
+        proxy.stop()
 
 
 def gpu(command: str, **extra: Any) -> dict[str, Any]:

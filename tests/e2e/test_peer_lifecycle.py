@@ -19,13 +19,12 @@ from devtools.airflow_deployment import COMPONENTS, AirflowDeployment
 from devtools.fault_proxy import FaultProxy
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
-from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.peers.identity import generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.conftest import free_port
+from tests.e2e.deployments import deployment_pair
 from tests.e2e.test_peer_federation import gpu, on_peer
-from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
 _wait = partial(wait_for, timeout=180, interval=0.5)
@@ -83,46 +82,13 @@ federation:
 backends: [{{id: default, kind: process, devices: {{h100: 8}}}}]
 """
     )
-    with (
-        scratch_database("iris_life_parent_meta") as parent_meta,
-        scratch_database("iris_life_parent_store") as parent_store_url,
-        scratch_database("iris_life_peer_meta") as peer_meta,
-        scratch_database("iris_life_peer_store") as peer_store_url,
-    ):
-        dags = Path(__file__).parent / "dags"
-        parent = AirflowDeployment(
-            home=root / "parent",
-            port=free_port(),
-            metadata_url=parent_meta,
-            store_url=parent_store_url,
-            cluster_config=root / "parent.yaml",
-            dags_folder=dags,
-            extra_env=STEADY,
-        )
-        peer = AirflowDeployment(
-            home=root / "peer",
-            port=peer_port,
-            metadata_url=peer_meta,
-            store_url=peer_store_url,
-            cluster_config=root / "peer.yaml",
-            dags_folder=dags,
-            extra_env=STEADY,
-        )
-        parent_store = FederationStore.from_url(parent_store_url)
-        peer_store = FederationStore.from_url(peer_store_url)
-        try:
-            peer.start()
-            parent.start()
-            peer.wait_for_dag(RUNNER_DAG_ID)
-            parent.wait_for_dag("e2e_job")
-            yield Pair(parent, peer, parent_store, peer_store, proxy, root)
-        finally:
-            for deployment, name in ((parent, "lifecycle-parent"), (peer, "lifecycle-peer")):
-                deployment.stop()
-                save_logs(deployment, name)
-            parent_store.dispose()
-            peer_store.dispose()
-            proxy.stop()
+    try:
+        with deployment_pair(
+            root, databases="iris_life", logs="lifecycle", peer_port=peer_port, extra_env=STEADY
+        ) as running:
+            yield Pair(running.parent, running.peer, running.parent_store, running.peer_store, proxy, root)
+    finally:
+        proxy.stop()
 
 
 def job_of_run(pair: Pair, run_id: str) -> str:

@@ -1,0 +1,87 @@
+"""A parent and a peer Airflow deployment, started and stopped together, for the federation e2e tests.
+
+``test_peer_federation`` and ``test_peer_lifecycle`` each run such a pair with their own cluster
+files; this is the one place that gives the two deployments their databases, ports and DAGs, starts
+them in order and, whatever happens, stops them and keeps their logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from devtools.airflow_deployment import AirflowDeployment
+from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
+from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.conftest import free_port, save_logs
+from tests.postgres import scratch_database
+
+DAGS = Path(__file__).parent / "dags"
+
+
+@dataclass
+class DeploymentPair:
+    parent: AirflowDeployment
+    peer: AirflowDeployment
+    parent_store: FederationStore
+    peer_store: FederationStore
+
+
+@contextmanager
+def deployment_pair(
+    root: Path,
+    *,
+    databases: str,
+    logs: str,
+    peer_port: int,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[DeploymentPair]:
+    """Run a parent and a peer on scratch databases ``<databases>_{parent,peer}_{meta,store}``.
+
+    Each lives in ``root/parent`` or ``root/peer`` with the cluster file ``root/parent.yaml`` or
+    ``root/peer.yaml`` (written by the caller); the peer serves on ``peer_port`` (which the caller's
+    proxy forwards to), the parent on a free port. The peer starts first, and the pair is yielded once
+    the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both are stopped, parent
+    first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``.
+    """
+    env = dict(extra_env or {})
+    with (
+        scratch_database(f"{databases}_parent_meta") as parent_meta,
+        scratch_database(f"{databases}_parent_store") as parent_store_url,
+        scratch_database(f"{databases}_peer_meta") as peer_meta,
+        scratch_database(f"{databases}_peer_store") as peer_store_url,
+    ):
+        parent = AirflowDeployment(
+            home=root / "parent",
+            port=free_port(),
+            metadata_url=parent_meta,
+            store_url=parent_store_url,
+            cluster_config=root / "parent.yaml",
+            dags_folder=DAGS,
+            extra_env=env,
+        )
+        peer = AirflowDeployment(
+            home=root / "peer",
+            port=peer_port,
+            metadata_url=peer_meta,
+            store_url=peer_store_url,
+            cluster_config=root / "peer.yaml",
+            dags_folder=DAGS,
+            extra_env=env,
+        )
+        parent_store = FederationStore.from_url(parent_store_url)
+        peer_store = FederationStore.from_url(peer_store_url)
+        try:
+            peer.start()
+            parent.start()
+            peer.wait_for_dag(RUNNER_DAG_ID)
+            parent.wait_for_dag("e2e_job")
+            yield DeploymentPair(parent, peer, parent_store, peer_store)
+        finally:
+            for deployment, name in ((parent, f"{logs}-parent"), (peer, f"{logs}-peer")):
+                deployment.stop()
+                save_logs(deployment, name)
+            parent_store.dispose()
+            peer_store.dispose()
