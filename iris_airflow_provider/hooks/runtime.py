@@ -72,7 +72,7 @@ def get_verifier() -> TokenVerifier:
             config = cluster_config()
             trusted = config.federation.trusted_peers
             verifier = _verifiers[path] = TokenVerifier(
-                config.name, {name: read_pem(peer.public_key) for name, peer in trusted.items()}
+                config.name, {name: [read_pem(key) for key in peer.public_keys()] for name, peer in trusted.items()}
             )
         return verifier
 

@@ -11,10 +11,26 @@ from pydantic import Field, field_validator
 
 from iris_airflow_provider.core.names import check_name
 from iris_airflow_provider.core.strict_model import StrictModel
+from iris_airflow_provider.peers.identity import MAX_KEYS_PER_PEER
 
 
 class TrustedPeer(StrictModel):
-    public_key: str = Field(description="Ed25519 public key: PEM text, or the path of a PEM file")
+    public_key: str | list[str] = Field(
+        description="Ed25519 public key (PEM text, or the path of a PEM file), or a list of two while the peer "
+        "rotates its key: the current and the next"
+    )
+
+    @field_validator("public_key")
+    @classmethod
+    def _one_or_two(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not 1 <= len(value) <= MAX_KEYS_PER_PEER:
+            raise ValueError(
+                f"give 1 or {MAX_KEYS_PER_PEER} keys (the current and, during a rotation, the next), got {len(value)}"
+            )
+        return value
+
+    def public_keys(self) -> list[str]:
+        return [self.public_key] if isinstance(self.public_key, str) else list(self.public_key)
 
 
 class FederationSettings(StrictModel):

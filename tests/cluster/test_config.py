@@ -362,3 +362,21 @@ def test_holding_for_starving_jobs_is_on_after_half_an_hour_by_default_and_zero_
     with pytest.raises(SpecError) as error:
         load_cluster_config(path)
     assert problems(error) == {f"{path}: placement.reserve_after_seconds": "must be >= 0.0"}
+
+
+def test_a_trusted_peer_has_one_key_or_two_while_it_rotates(tmp_path: Path) -> None:
+    keys = [generate_keypair()[1] for _ in range(3)]
+    one = parse_cluster_config({"name": "cw-east", "federation": {"trusted_peers": {"marin": {"public_key": keys[0]}}}})
+    two = parse_cluster_config(
+        {"name": "cw-east", "federation": {"trusted_peers": {"marin": {"public_key": keys[:2]}}}}
+    )
+    assert one.federation.trusted_peers["marin"].public_keys() == keys[:1]
+    assert two.federation.trusted_peers["marin"].public_keys() == keys[:2]
+    with pytest.raises(SpecError) as error:
+        parse_cluster_config(
+            {"name": "cw-east", "federation": {"trusted_peers": {"marin": {"public_key": keys}}}}, source="c.yaml"
+        )
+    assert problems(error) == {
+        "c.yaml: federation.trusted_peers.marin.public_key": "give 1 or 2 keys (the current and, during a rotation, "
+        "the next), got 3"
+    }

@@ -96,7 +96,54 @@ def test_a_token_from_a_cluster_not_configured_here_is_refused(verifier: TokenVe
 
 def test_a_token_signed_with_another_clusters_key_is_refused(verifier: TokenVerifier) -> None:
     forged = TokenMinter("marin", OTHER_PRIVATE).mint("cw-east")  # cw-west pretending to be marin
-    assert "Signature verification failed" in refusal(verifier, bearer(forged))
+    other_kid = TokenMinter("cw-west", OTHER_PRIVATE).kid
+    says = refusal(verifier, bearer(forged))
+    assert f"token from 'marin' is signed with key {other_kid!r}, which is not one of its trusted keys here" in says
+    # Lying about the key id does not help: the key named must have signed it.
+    marin_kid = TokenMinter("marin", MARIN_PRIVATE).kid
+    relabelled = _resigned(forged, OTHER_PRIVATE, kid=marin_kid)
+    assert "Signature verification failed" in refusal(verifier, bearer(relabelled))
+    # Nor does leaving it out: then each of marin's keys is tried, and none signed it.
+    assert "Signature verification failed" in refusal(verifier, bearer(_resigned(forged, OTHER_PRIVATE, kid=None)))
+
+
+def _resigned(token: str, private_pem: str, *, kid: str | None) -> str:
+    claims = jwt.decode(token, options={"verify_signature": False})
+    key = serialization.load_pem_private_key(private_pem.encode(), password=None)
+    headers = {"kid": kid} if kid else None
+    return jwt.encode(claims, key, algorithm="EdDSA", headers=headers)  # type: ignore[arg-type]
+
+
+def test_the_key_id_is_the_one_airflow_gives_the_key() -> None:
+    from airflow.api_fastapi.auth.tokens import key_to_jwk_dict
+
+    private = serialization.load_pem_private_key(MARIN_PRIVATE.encode(), password=None)
+    minter = TokenMinter("marin", MARIN_PRIVATE)
+    assert minter.kid == key_to_jwk_dict(private)["kid"]  # type: ignore[arg-type]
+    assert jwt.get_unverified_header(minter.mint("cw-east"))["kid"] == minter.kid
+
+
+def test_a_peer_rotates_its_key_without_downtime() -> None:
+    new_private, new_public = generate_keypair()
+    old, new = TokenMinter("marin", MARIN_PRIVATE), TokenMinter("marin", new_private)
+    # 1. The receiver trusts the peer's current key and its next one.
+    during = TokenVerifier("cw-east", {"marin": [MARIN_PUBLIC, new_public]})
+    assert during.verify(bearer(old.mint("cw-east"))).peer == "marin"
+    # 2. The peer switches to its new key: both are accepted meanwhile, whichever api-server signs.
+    assert during.verify(bearer(new.mint("cw-east"))).peer == "marin"
+    # 3. The receiver drops the old key: the old one is refused, naming it.
+    after = TokenVerifier("cw-east", {"marin": [new_public]})
+    assert after.verify(bearer(new.mint("cw-east"))).peer == "marin"
+    assert f"signed with key {old.kid!r}, which is not one of its trusted keys here ({new.kid})" in refusal(
+        after, bearer(old.mint("cw-east"))
+    )
+
+
+@pytest.mark.parametrize("count", [0, 3])
+def test_a_peer_has_one_or_two_trusted_keys(count: int) -> None:
+    keys = [generate_keypair()[1] for _ in range(count)]
+    with pytest.raises(ValueError, match=f"peer 'marin' needs 1 or 2 public keys .*, got {count}"):
+        TokenVerifier("cw-east", {"marin": keys})
 
 
 def test_an_expired_token_is_refused_beyond_the_clock_leeway(verifier: TokenVerifier) -> None:
