@@ -69,6 +69,7 @@ class AirflowDeployment:
     cluster_config: Path | None = None
     dags_folder: Path = REPO / "dags"
     extra_env: dict[str, str] = field(default_factory=dict)
+    variables: dict[str, str] = field(default_factory=dict)  # Airflow Variables set before anything starts
     parallelism: int = 4
     # Tests kill workers and schedulers on purpose and want Airflow to notice in seconds. The demo
     # does not: on a busy machine, a scheduler whose own heartbeat lags past a short threshold
@@ -147,6 +148,8 @@ class AirflowDeployment:
             raise DeploymentError(f"airflow db migrate failed:\n{migrate.stdout[-3000:]}\n{migrate.stderr[-3000:]}")
         if self.auth_manager == "fab":
             self._airflow("users", "create", *_fab_user_args("admin", self.password("admin"), "Admin"))
+        for name, value in self.variables.items():  # in the metadata database, as `airflow variables set` puts them
+            self._airflow("variables", "set", name, value)
         for component in COMPONENTS:
             self.start_component(component)
         self.wait_healthy(timeout)

@@ -45,10 +45,29 @@ def get_provider_info() -> dict[str, Any]:
                 "options": {
                     "cluster_config": {
                         "description": "Path of the cluster configuration file (YAML or JSON): this cluster's "
-                        "name, local backends and peers. Empty: one local CPU process backend, no peers.",
+                        "name, local backends and peers. Empty (and no cluster_config_json or "
+                        "cluster_config_variable): one local CPU process backend, no peers.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/etc/airflow/iris-cluster.yaml",
+                        "default": "",
+                    },
+                    "cluster_config_json": {
+                        "description": "The cluster configuration itself, as JSON (or YAML), instead of a file: "
+                        "for managed Airflow (Composer, MWAA, Astro), where shipping a file to every component is "
+                        "awkward. Set at most one of cluster_config, cluster_config_json, cluster_config_variable.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": '{"name": "marin", "peers": []}',
+                        "default": "",
+                    },
+                    "cluster_config_variable": {
+                        "description": "The name of an Airflow Variable holding the cluster configuration (JSON "
+                        "or YAML): it then comes from the metadata database or a secrets backend. Read once per "
+                        "process; restart the components after changing it.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "iris_cluster",
                         "default": "",
                     },
                     "conn_id": {

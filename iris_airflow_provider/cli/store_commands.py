@@ -21,16 +21,13 @@ def _federation(args: argparse.Namespace) -> Any:
 
     from iris_airflow_provider.cluster.build import build_federation
     from iris_airflow_provider.cluster.config import load_cluster_config
+    from iris_airflow_provider.hooks.runtime import cluster_config
 
     # Airflow's logging writes to standard output, which --json keeps for the document alone.
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
-    cluster_path = args.cluster_config
-    if cluster_path is None:
-        from iris_airflow_provider.hooks.runtime import cluster_config_path
-
-        cluster_path = cluster_config_path()
-    config = load_cluster_config(cluster_path or None)
+    # --cluster-config names a file; without it, Airflow's configuration says where the cluster's is.
+    config = cluster_config() if args.cluster_config is None else load_cluster_config(args.cluster_config or None)
     if args.store_url:
         from iris_airflow_provider.hooks.federation_store import open_store
 

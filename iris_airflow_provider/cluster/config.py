@@ -20,8 +20,10 @@ field and what is accepted. Example::
         kind: airflow
         url: https://airflow.cw-east.example.com
 
-Where the file lives: ``[iris_federation] cluster_config`` (``AIRFLOW__IRIS_FEDERATION__CLUSTER_CONFIG``).
-Without one, the cluster is ``local`` with one CPU process backend and no peers.
+Where it comes from (one of): a file, ``[iris_federation] cluster_config``; the document itself,
+``cluster_config_json``; or an Airflow Variable holding it, ``cluster_config_variable`` (for
+managed Airflow, where shipping a file to every component is awkward). Without any, the cluster is
+``local`` with one CPU process backend and no peers.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "TrustedPeer",
     "load_cluster_config",
     "parse_cluster_config",
+    "parse_cluster_config_text",
 ]
 
 BackendConfig = Annotated[ProcessBackendConfig | KubernetesBackendConfig, Field(discriminator="kind")]
@@ -175,6 +178,17 @@ def _document_path(path: str, document: Any) -> str:
         node = node.get(token) if isinstance(node, dict) else None
         out = f"{out}.{token}" if out else token
     return out
+
+
+def parse_cluster_config_text(text: str, *, source: str) -> ClusterConfig:
+    """A document given as text (YAML, or JSON, which YAML reads too), e.g. from a Variable."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SpecError.single(source, f"not valid YAML or JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise SpecError.single(source, f"must be a mapping (name, backends, peers ...), got {type(document).__name__}")
+    return parse_cluster_config(document, source=source)
 
 
 def load_cluster_config(path: str | Path | None) -> ClusterConfig:

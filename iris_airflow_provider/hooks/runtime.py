@@ -1,8 +1,10 @@
 """This process's federation: the cluster configuration, the store, backends and peers, built once.
 
-Read from the ``[iris_federation]`` configuration section (``AIRFLOW__IRIS_FEDERATION__*``):
-``cluster_config`` (path of the cluster file; empty: one local CPU backend, no peers) and
-``conn_id`` (the store's connection, ``iris_federation_default``).
+Read from the ``[iris_federation]`` configuration section (``AIRFLOW__IRIS_FEDERATION__*``): the
+cluster configuration from one of ``cluster_config`` (a file), ``cluster_config_json`` (the
+document inline) or ``cluster_config_variable`` (an Airflow Variable holding it; none: one local
+CPU backend, no peers), and ``conn_id`` (the store's connection, ``iris_federation_default``).
+Each is read once per process: a changed configuration takes effect when the components restart.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from collections.abc import Callable
 from airflow.providers.common.compat.sdk import conf
 
 from iris_airflow_provider.cluster.build import build_federation
-from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config
+from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config, parse_cluster_config_text
+from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
 from iris_airflow_provider.services.federation import Federation
@@ -25,15 +28,37 @@ SECTION = "iris_federation"
 DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
 
 _lock = threading.Lock()
-_federations: dict[tuple[str, str], Federation] = {}
+_federations: dict[tuple[str, str, str], Federation] = {}
 
 
-def cluster_config_path() -> str:
-    return conf.get(SECTION, "cluster_config", fallback="") or ""
+SOURCES = ("cluster_config", "cluster_config_json", "cluster_config_variable")
+
+
+def cluster_config_source() -> tuple[str, str]:
+    """Which option gives the cluster configuration, and its value; ``("", "")`` for the default."""
+    given = [(option, value) for option in SOURCES if (value := conf.get(SECTION, option, fallback="") or "")]
+    if len(given) > 1:
+        raise SpecError.single(
+            f"[{SECTION}]",
+            f"set one of {', '.join(SOURCES)} to give the cluster configuration, not "
+            f"{' and '.join(option for option, _ in given)}",
+        )
+    return given[0] if given else ("", "")
 
 
 def cluster_config() -> ClusterConfig:
-    return load_cluster_config(cluster_config_path() or None)
+    option, value = cluster_config_source()
+    if option == "cluster_config_json":
+        return parse_cluster_config_text(value, source=f"[{SECTION}] cluster_config_json")
+    if option == "cluster_config_variable":
+        from airflow.providers.common.compat.sdk import Variable
+
+        source = f"Airflow Variable {value!r} ([{SECTION}] cluster_config_variable)"
+        text = Variable.get(value, default=None)
+        if text is None:
+            raise SpecError.single(source, "does not exist: create it with the cluster configuration")
+        return parse_cluster_config_text(text, source=source)
+    return load_cluster_config(value or None)
 
 
 def default_conn_id() -> str:
@@ -42,7 +67,7 @@ def default_conn_id() -> str:
 
 def get_federation(conn_id: str | None = None) -> Federation:
     conn_id = conn_id or default_conn_id()
-    key = (cluster_config_path(), conn_id)
+    key = (*cluster_config_source(), conn_id)
     with _lock:
         federation = _federations.get(key)
         if federation is None:
@@ -53,10 +78,10 @@ def get_federation(conn_id: str | None = None) -> Federation:
         return federation
 
 
-_receivers: dict[tuple[str, str], Receiver] = {}
+_receivers: dict[tuple[str, str, str], Receiver] = {}
 
 
-_verifiers: dict[str, TokenVerifier] = {}
+_verifiers: dict[tuple[str, str], TokenVerifier] = {}
 
 
 def get_verifier() -> TokenVerifier:
@@ -65,13 +90,13 @@ def get_verifier() -> TokenVerifier:
     not on every request: keys are read and parsed here."""
     from iris_airflow_provider.peers.identity import read_pem
 
-    path = cluster_config_path()
+    source = cluster_config_source()
     with _lock:
-        verifier = _verifiers.get(path)
+        verifier = _verifiers.get(source)
         if verifier is None:
             config = cluster_config()
             trusted = config.federation.trusted_peers
-            verifier = _verifiers[path] = TokenVerifier(
+            verifier = _verifiers[source] = TokenVerifier(
                 config.name, {name: [read_pem(key) for key in peer.public_keys()] for name, peer in trusted.items()}
             )
         return verifier
@@ -86,7 +111,7 @@ def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = N
     """The peer side, for the peer API in the api-server; ``start_run`` makes each accepted
     handoff visible in Airflow (the plugin passes the runner DAG's)."""
     federation = get_federation(conn_id)
-    key = (cluster_config_path(), conn_id or default_conn_id())
+    key = (*cluster_config_source(), conn_id or default_conn_id())
     with _lock:
         receiver = _receivers.get(key)
         if receiver is None:

@@ -70,16 +70,20 @@ def kube(real_kube: KubeCluster) -> Iterator[PeerNamespace]:
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory, kube: PeerNamespace) -> Iterator[AirflowDeployment]:
     home = tmp_path_factory.mktemp("airflow-k8s-parent")
-    (home / "cluster.yaml").write_text(CLUSTER)
     with scratch_database("iris_e2e_k8s_meta") as metadata_url, scratch_database("iris_e2e_k8s_store") as store_url:
         deployment = AirflowDeployment(
             home=home,
             port=free_port(),
             metadata_url=metadata_url,
             store_url=store_url,
-            cluster_config=home / "cluster.yaml",
             dags_folder=Path(__file__).parent / "dags",
-            extra_env={"AIRFLOW_CONN_KUBE_CW_K8S": kube.connection()},
+            # As on managed Airflow: no file, the cluster configuration is a Variable in the metadata
+            # database, which every component (the tick's DAG file, workers, triggerer) reads.
+            variables={"iris_cluster": CLUSTER},
+            extra_env={
+                "AIRFLOW__IRIS_FEDERATION__CLUSTER_CONFIG_VARIABLE": "iris_cluster",
+                "AIRFLOW_CONN_KUBE_CW_K8S": kube.connection(),
+            },
         )
         try:
             deployment.start()
@@ -105,7 +109,7 @@ def gpu(count: int, command: str, **extra: Any) -> dict[str, Any]:
 def test_a_gpu_job_runs_on_the_kubernetes_peer_and_the_run_succeeds(deployment, store, kube):
     job = gpu(2, 'echo "training on $IRIS_DEVICE_VARIANT as replica $IRIS_REPLICA_INDEX"', replicas=2)
     run = deployment.trigger("e2e_job", {"job": job}, user="alice")
-    assert deployment.wait_for_run("e2e_job", run, timeout=90) == "success"
+    assert deployment.wait_for_run("e2e_job", run, timeout=180) == "success"
     result = deployment.xcom("e2e_job", run, "run")
     assert (result["disposition"], result["peer_id"], result["backend_id"]) == ("queue", "cw-k8s", "default")
     assert (result["state"], result["exit_code"]) == ("succeeded", 0)
@@ -127,11 +131,15 @@ def test_a_gpu_job_runs_on_the_kubernetes_peer_and_the_run_succeeds(deployment, 
     heartbeat = {p.peer_id: p for p in store.peer_states()}["cw-k8s"]
     [backend] = heartbeat.backends
     assert backend.kind == "kubernetes" and backend.availability.total_amounts == {"h100": 16}
+    # The api-server built its federation from the Variable too: its Federation page knows the peer.
+    overview = deployment.api("GET", "/iris/federation/ui/api/peers")
+    assert overview.status_code == 200, overview.text
+    assert "cw-k8s" in overview.text
 
 
 def test_a_job_failing_on_the_kubernetes_peer_fails_the_run_with_its_exit_code(deployment, store):
     run = deployment.trigger("e2e_job", {"job": gpu(1, "echo bad; exit 7")}, user="alice")
-    assert deployment.wait_for_run("e2e_job", run, timeout=90) == "failed"
+    assert deployment.wait_for_run("e2e_job", run, timeout=180) == "failed"
     job_id = str(deployment.xcom("e2e_job", run, "run", key="iris_federation_job_id"))
     record = store.get_job(job_id)
     assert (record.state, record.exit_code, record.peer_id) == (JobState.FAILED, 7, "cw-k8s")
