@@ -17,7 +17,10 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {
                 "integration-name": "Iris Federation",
-                "python-modules": ["iris_airflow_provider.hooks.federation_store"],
+                "python-modules": [
+                    "iris_airflow_provider.hooks.federation_store",
+                    "iris_airflow_provider.hooks.federation_peer",
+                ],
             }
         ],
         "operators": [
@@ -91,6 +94,10 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "hook-class-name": "iris_airflow_provider.hooks.federation_store.FederationStoreHook",
                 "connection-type": "irisfederation",
-            }
+            },
+            {
+                "hook-class-name": "iris_airflow_provider.hooks.federation_peer.FederationPeerHook",
+                "connection-type": "irisfederationpeer",
+            },
         ],
     }

@@ -37,7 +37,9 @@ def _federation(args: argparse.Namespace) -> Any:
         from iris_airflow_provider.hooks.runtime import default_conn_id
 
         store = FederationStoreHook(args.conn_id or default_conn_id()).get_store()
-    return build_federation(config, store)
+    from iris_airflow_provider.hooks.federation_peer import peer_endpoints
+
+    return build_federation(config, store, peer_endpoints(config))
 
 
 def _now_ms() -> int:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from iris_airflow_provider.backends.base import Backend
 from iris_airflow_provider.backends.process.backend import ProcessBackend
 from iris_airflow_provider.cluster.config import (
@@ -9,6 +12,7 @@ from iris_airflow_provider.cluster.config import (
     BackendConfig,
     ClusterConfig,
     KubernetesBackendConfig,
+    check_peer_url,
 )
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.agentless import AgentlessPeer
@@ -41,17 +45,42 @@ def build_local_backends(config: ClusterConfig) -> dict[str, Backend]:
     return {b.id: build_backend(config, config.name, b) for b in config.backends}
 
 
-def build_peers(config: ClusterConfig) -> dict[str, Peer]:
+@dataclass(frozen=True, slots=True)
+class PeerEndpoint:
+    """An Airflow peer as its connection names it: the URL, and the private key (PEM) this cluster
+    signs its calls to that peer with ("": the cluster's ``federation.private_key``)."""
+
+    url: str
+    private_key: str = ""
+
+
+def build_peers(config: ClusterConfig, endpoints: Mapping[str, PeerEndpoint] | None = None) -> dict[str, Peer]:
+    """``endpoints``: the peers configured by connection (``conn_id``), resolved by the caller."""
     peers: dict[str, Peer] = {}
     minter: TokenMinter | None = None
-    for peer in config.peers:
+    for index, peer in enumerate(config.peers):
         if isinstance(peer, AirflowPeerConfig):
-            if minter is None:
-                minter = token_minter(config, peer.id)
+            url, peer_minter = peer.url, None
+            if peer.conn_id:
+                endpoint = (endpoints or {}).get(peer.id)
+                if endpoint is None:
+                    raise SpecError.single(
+                        f"peers[{index}].conn_id", f"connection {peer.conn_id!r} of peer {peer.id} was not looked up"
+                    )
+                try:
+                    url = check_peer_url(endpoint.url, peer.allow_insecure_http)
+                except ValueError as error:
+                    raise SpecError.single(f"connection {peer.conn_id} (peer {peer.id}): host", str(error)) from None
+                if endpoint.private_key:
+                    peer_minter = _minter(config.name, endpoint.private_key, f"connection {peer.conn_id}: password")
+            if peer_minter is None:
+                if minter is None:
+                    minter = token_minter(config, peer.id)
+                peer_minter = minter
             peers[peer.id] = AirflowPeer(
                 peer.id,
-                peer.url,
-                minter,
+                url,
+                peer_minter,
                 timeout_seconds=peer.timeout_seconds,
                 delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
                 allow_insecure_http=peer.allow_insecure_http,
@@ -67,14 +96,21 @@ def token_minter(config: ClusterConfig, peer_id: str) -> TokenMinter:
     if not config.federation.private_key:
         raise SpecError.single(
             "federation.private_key",
-            f"is required to call the Airflow peer {peer_id}: generate a key pair with `iris-federation keygen`",
+            f"is required to call the Airflow peer {peer_id} (unless the password of its connection holds the key): "
+            "generate a key pair with `iris-federation keygen`",
         )
+    return _minter(config.name, config.federation.private_key, "federation.private_key")
+
+
+def _minter(cluster: str, private_key: str, where: str) -> TokenMinter:
     try:
-        return TokenMinter(config.name, read_pem(config.federation.private_key))
+        return TokenMinter(cluster, read_pem(private_key))
     except (OSError, ValueError) as error:
-        raise SpecError.single("federation.private_key", f"cannot be used: {error}") from None
+        raise SpecError.single(where, f"cannot be used: {error}") from None
 
 
-def build_federation(config: ClusterConfig, store: FederationStore) -> Federation:
+def build_federation(
+    config: ClusterConfig, store: FederationStore, endpoints: Mapping[str, PeerEndpoint] | None = None
+) -> Federation:
     """The federation of a cluster file: its local backends and its peers, built from it."""
-    return Federation(config, store, backends=build_local_backends(config), peers=build_peers(config))
+    return Federation(config, store, backends=build_local_backends(config), peers=build_peers(config, endpoints))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig, KubernetesToleration
 from iris_airflow_provider.backends.process.config import ProcessBackendConfig
@@ -60,6 +60,7 @@ __all__ = [
     "PlacementSettings",
     "ProcessBackendConfig",
     "TrustedPeer",
+    "check_peer_url",
     "load_cluster_config",
     "parse_cluster_config",
     "parse_cluster_config_text",
@@ -86,7 +87,9 @@ class AgentlessPeerConfig(StrictModel):
 
 
 class AirflowPeerConfig(StrictModel):
-    """Another Airflow deployment running this provider, reached over its peer API."""
+    """Another Airflow deployment running this provider, reached over its peer API: at ``url``, or
+    through an Airflow connection (``conn_id``, type ``irisfederationpeer``: its host is the URL and
+    its password, from any secrets backend, the private key this cluster signs its calls with)."""
 
     id: str = Field(description="the peer's own cluster name: its tokens are signed for that name alone")
     kind: Literal["airflow"]
@@ -94,7 +97,8 @@ class AirflowPeerConfig(StrictModel):
     allow_insecure_http: bool = Field(
         default=False, description="accept an http:// url (tests and local demos only: tokens and jobs travel in clear)"
     )
-    url: str = Field(description="the peer's api-server, e.g. https://airflow.cw-east.example.com")
+    url: str = Field(default="", description="the peer's api-server, e.g. https://airflow.cw-east.example.com")
+    conn_id: str = Field(default="", description="or an Airflow connection of type irisfederationpeer naming it")
     timeout_seconds: float = Field(default=10, gt=0)
 
     _check_id = field_validator("id")(check_name)
@@ -102,14 +106,28 @@ class AirflowPeerConfig(StrictModel):
     @field_validator("url")
     @classmethod
     def _https(cls, value: str, info: ValidationInfo) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an https:// URL, got {value!r}")
-        if value.startswith("http://") and not info.data.get("allow_insecure_http", False):
+        return check_peer_url(value, info.data.get("allow_insecure_http", False)) if value else value
+
+    @model_validator(mode="after")
+    def _one_address(self) -> AirflowPeerConfig:
+        if bool(self.url) == bool(self.conn_id):
             raise ValueError(
-                f"{value!r} is plain http://, which sends peer tokens and jobs in the clear: use https://, "
-                "or set allow_insecure_http: true on this peer (tests and local demos only)"
+                "give the peer's url, or conn_id (an Airflow connection of type irisfederationpeer), "
+                + ("not both" if self.url else "one of them")
             )
-        return value.rstrip("/")
+        return self
+
+
+def check_peer_url(value: str, allow_insecure_http: bool) -> str:
+    """A peer's URL, if https (or http where the peer allows it); else the reason it is refused."""
+    if not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be an https:// URL, got {value!r}")
+    if value.startswith("http://") and not allow_insecure_http:
+        raise ValueError(
+            f"{value!r} is plain http://, which sends peer tokens and jobs in the clear: use https://, "
+            "or set allow_insecure_http: true on this peer (tests and local demos only)"
+        )
+    return value.rstrip("/")
 
 
 PeerConfig = Annotated[AgentlessPeerConfig | AirflowPeerConfig, Field(discriminator="kind")]

@@ -17,6 +17,7 @@ from airflow.providers.common.compat.sdk import conf
 from iris_airflow_provider.cluster.build import build_federation
 from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config, parse_cluster_config_text
 from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.hooks.federation_peer import peer_endpoints
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
 from iris_airflow_provider.services.federation import Federation
@@ -73,7 +74,7 @@ def get_federation(conn_id: str | None = None) -> Federation:
         if federation is None:
             config = cluster_config()
             store = FederationStoreHook(conn_id).get_store()
-            federation = build_federation(config, store)
+            federation = build_federation(config, store, peer_endpoints(config))
             _federations[key] = federation
         return federation
 

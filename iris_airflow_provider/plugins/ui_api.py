@@ -9,8 +9,10 @@
 - ``GET  static/...``: the page (``federation-page.js``), loaded by the Airflow UI.
 
 Airflow does not protect plugin endpoints, so every API call authenticates itself with an Airflow
-token: the ``Authorization: Bearer`` header (scripts), else the ``_token`` cookie the Airflow UI
-signs in with (the page; it is HttpOnly, so the page cannot read it and the browser sends it).
+token, through Airflow's own API dependency (``get_user``): the ``Authorization: Bearer`` header
+(scripts), else the ``_token`` cookie the Airflow UI signs in with (the page; it is HttpOnly, so
+the page cannot read it and the browser sends it). Its answers are Airflow's: 401 ``Not
+authenticated`` or ``Token Expired``, 403 ``Invalid JWT token``.
 Authorization is Airflow's auth manager's, per job, on the DAG it belongs to
 (:func:`~iris_airflow_provider.plugins.job_documents.job_dag`): reading needs ``GET`` on the DAG's task
 instances, cancelling ``PUT`` (what marking its task failed needs). A job with no DAG needs the
@@ -38,6 +40,7 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from iris_airflow_provider.backends.base import now_ms
@@ -166,31 +169,16 @@ def _team_of(dag_id: str) -> str | None:
     return DagModel.get_team_name(dag_id)
 
 
-async def caller(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
-    """The Airflow user behind the request, from the bearer token, else the UI's session cookie."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from jwt import ExpiredSignatureError, InvalidTokenError
+async def caller(
+    request: Request, bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False))]
+) -> Caller:
+    """The Airflow user behind the request, as Airflow's own API finds it (``get_user``, what
+    ``GetUserDep`` resolves): the bearer token, else the UI's session cookie."""
+    # Imported here: the plugin module loads while Airflow's API app is being built.
+    from airflow.api_fastapi.core_api.security import get_user
 
-    via_cookie = False
-    if authorization:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise HTTPException(401, "Authorization: expected 'Bearer <Airflow token>'")
-        token = token.strip()
-    else:
-        token = request.cookies.get(COOKIE, "")
-        via_cookie = True
-    if not token:
-        raise HTTPException(
-            401, "Not authenticated: sign in to Airflow, or send 'Authorization: Bearer <token>' from POST /auth/token"
-        )
-    try:
-        user = await get_auth_manager().get_user_from_token(token)
-    except ExpiredSignatureError:
-        raise HTTPException(401, "Token expired: sign in again") from None
-    except InvalidTokenError:
-        raise HTTPException(401, "Invalid token") from None
-    return Caller(user, via_cookie)
+    user = await get_user(request, None, bearer)
+    return Caller(user, via_cookie=bearer is None or bearer.scheme.lower() != "bearer")
 
 
 CallerDep = Annotated[Caller, Depends(caller)]

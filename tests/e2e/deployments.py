@@ -37,6 +37,7 @@ def deployment_pair(
     logs: str,
     peer_port: int,
     extra_env: Mapping[str, str] | None = None,
+    parent_env: Mapping[str, str] | None = None,
 ) -> Iterator[DeploymentPair]:
     """Run a parent and a peer on scratch databases ``<databases>_{parent,peer}_{meta,store}``.
 
@@ -44,7 +45,8 @@ def deployment_pair(
     ``root/peer.yaml`` (written by the caller); the peer serves on ``peer_port`` (which the caller's
     proxy forwards to), the parent on a free port. The peer starts first, and the pair is yielded once
     the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both are stopped, parent
-    first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``.
+    first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``. ``extra_env`` goes to
+    both, ``parent_env`` to the parent alone (its connections, say).
     """
     env = dict(extra_env or {})
     with (
@@ -60,7 +62,7 @@ def deployment_pair(
             store_url=parent_store_url,
             cluster_config=root / "parent.yaml",
             dags_folder=DAGS,
-            extra_env=env,
+            extra_env={**env, **(parent_env or {})},
         )
         peer = AirflowDeployment(
             home=root / "peer",

@@ -58,14 +58,16 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
     peer_port = free_port()
     proxy = FaultProxy(f"http://127.0.0.1:{peer_port}").start()
     (root / "parent.yaml").write_text(
-        f"""
+        """
 name: marin
-placement: {{sync_interval_seconds: 2}}
-federation: {{private_key: {root / "marin.key"}}}
-backends: [{{id: cpu, kind: process, max_running_jobs: 4}}]
-peers: [{{id: cw-east, kind: airflow, url: "{proxy.url}", allow_insecure_http: true}}]
+placement: {sync_interval_seconds: 2}
+backends: [{id: cpu, kind: process, max_running_jobs: 4}]
+peers: [{id: cw-east, kind: airflow, conn_id: cw_east, allow_insecure_http: true}]
 """
     )
+    # The peer as an Airflow connection: its URL, and marin's signing key as the password (served
+    # here by the environment secrets backend; no key file in marin's configuration).
+    cw_east = {"conn_type": "irisfederationpeer", "host": proxy.url, "password": keys["marin"][0]}
     (root / "peer.yaml").write_text(
         f"""
 name: cw-east
@@ -83,7 +85,13 @@ backends:
 """
     )
     try:
-        with deployment_pair(root, databases="iris_fed", logs="federation", peer_port=peer_port) as running:
+        with deployment_pair(
+            root,
+            databases="iris_fed",
+            logs="federation",
+            peer_port=peer_port,
+            parent_env={"AIRFLOW_CONN_CW_EAST": json.dumps(cw_east)},
+        ) as running:
             yield Federation(running.parent, running.peer, running.parent_store, running.peer_store, proxy, keys)
     finally:
         proxy.stop()
