@@ -39,6 +39,11 @@ USERS = {"admin": "admin", "alice": "user", "bob": "user", "viewer": "viewer"}
 FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 FAB_ROLES = {"admin": "Admin", "user": "User", "op": "Op", "viewer": "Viewer"}  # FAB's built-in roles
 TERMINAL_RUN_STATES = ("success", "failed")
+DAGS_FOLDER_BUNDLE = {
+    "name": "dags-folder",
+    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+    "kwargs": {},
+}
 # Notice a killed worker (its task's heartbeat stops) and a dead scheduler's orphaned tasks in
 # seconds, not minutes. A live scheduler counts as dead once its heartbeat is older than the
 # threshold: 30 s (Airflow's default), not less, or a busy machine makes it reset its own tasks.
@@ -77,6 +82,7 @@ class AirflowDeployment:
     fast_failure_detection: bool = True
     passwords: dict[str, str] = field(default_factory=dict)  # default: "<user>-password"
     auth_manager: Literal["simple", "fab"] = "simple"
+    components: tuple[str, ...] = COMPONENTS  # ("api-server",) alone serves the UI and REST API
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -88,7 +94,7 @@ class AirflowDeployment:
         return self.passwords.get(user, f"{user}-password")
 
     def env(self) -> dict[str, str]:
-        from iris_airflow_provider.cli import dag_bundle_config
+        from iris_airflow_provider.cli.offline import merge_bundle_config
 
         env = {
             **os.environ,
@@ -101,7 +107,8 @@ class AirflowDeployment:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_url,
-            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(dag_bundle_config()),
+            # Airflow's default dags folder plus the provider's bundle, whatever this process's configuration.
+            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(merge_bundle_config([DAGS_FOLDER_BUNDLE])),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -114,6 +121,9 @@ class AirflowDeployment:
             "AIRFLOW__CORE__FERNET_KEY": self._secret("fernet", Fernet.generate_key().decode()),
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "AIRFLOW__TRIGGERER__CAPACITY": "1000",
+            # Deferrable operators (ours too, unless [iris_federation] default_deferrable says otherwise)
+            # wait in the triggerer: what a deployment running a triggerer sets.
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
             "AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT": json.dumps({"conn_type": "irisfederation", "host": self.store_url}),
             "PYTHONUNBUFFERED": "1",
         }
@@ -150,7 +160,7 @@ class AirflowDeployment:
             self._airflow("users", "create", *_fab_user_args("admin", self.password("admin"), "Admin"))
         for name, value in self.variables.items():  # in the metadata database, as `airflow variables set` puts them
             self._airflow("variables", "set", name, value)
-        for component in COMPONENTS:
+        for component in self.components:
             self.start_component(component)
         self.wait_healthy(timeout)
         if self.auth_manager == "fab":
@@ -244,10 +254,8 @@ class AirflowDeployment:
                     )
             try:
                 last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
-                statuses = [
-                    last.get(name, {}).get("status")
-                    for name in ("metadatabase", "scheduler", "triggerer", "dag_processor")
-                ]
+                started = [c.replace("-", "_") for c in self.components if c != "api-server"]
+                statuses = [last.get(name, {}).get("status") for name in ("metadatabase", *started)]
                 if all(status == "healthy" for status in statuses):
                     return
             except (httpx.HTTPError, ValueError):

@@ -1,10 +1,18 @@
-"""Provider metadata read by Airflow's providers manager (``apache_airflow_provider`` entry point)."""
+"""Provider metadata read by Airflow's providers manager (``apache_airflow_provider`` entry point).
+
+Kept valid against Airflow's ``provider_info.schema.json`` by a test. The plugin is not listed here:
+it is registered once, by the ``airflow.plugins`` entry point (see pyproject.toml), which loads it
+whether providers are discovered lazily (Airflow's default, which ignores providers' ``plugins``)
+or eagerly (where listing it here too would register it twice).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from iris_airflow_provider import __version__
+
+INTEGRATION = "Iris Federation"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -14,9 +22,24 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Federates whole compute jobs across GPU and TPU clusters, "
         "following the Iris scheduler's federation semantics.",
         "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                # The external system this provider integrates: the Iris scheduler's federation.
+                "external-doc-url": "https://github.com/marin-community/marin",
+                # Served by the provider's plugin in the api-server (the Federation page's icon).
+                "logo": "/iris/federation/ui/static/federation.svg",
+                "how-to-guide": [
+                    "/README.md#submitting-jobs-from-a-dag",
+                    "/README.md#the-federation-store",
+                    "/README.md#federating-two-airflow-deployments",
+                ],
+                "tags": ["service"],
+            }
+        ],
         "hooks": [
             {
-                "integration-name": "Iris Federation",
+                "integration-name": INTEGRATION,
                 "python-modules": [
                     "iris_airflow_provider.hooks.federation_store",
                     "iris_airflow_provider.hooks.federation_peer",
@@ -24,24 +47,19 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "operators": [
-            {"integration-name": "Iris Federation", "python-modules": ["iris_airflow_provider.operators.federated"]}
+            {"integration-name": INTEGRATION, "python-modules": ["iris_airflow_provider.operators.federated"]}
         ],
-        "sensors": [
-            {"integration-name": "Iris Federation", "python-modules": ["iris_airflow_provider.sensors.federated"]}
-        ],
+        "sensors": [{"integration-name": INTEGRATION, "python-modules": ["iris_airflow_provider.sensors.federated"]}],
         "triggers": [
             {
-                "integration-name": "Iris Federation",
+                "integration-name": INTEGRATION,
                 "python-modules": ["iris_airflow_provider.triggers.federation", "iris_airflow_provider.triggers.wake"],
             }
         ],
         "extra-links": ["iris_airflow_provider.links.job_page.FederationJobLink"],
-        "plugins": [
-            {
-                "name": "iris_federation",
-                "plugin-class": "iris_airflow_provider.plugins.iris_federation.IrisFederationPlugin",
-            }
-        ],
+        # The placement DAG's wake-up asset (iris-federation://wake): a registered scheme, so Airflow
+        # normalizes its URI (no handler needed: the URI is fixed).
+        "asset-uris": [{"schemes": ["iris-federation"], "handler": None}],
         "config": {
             "iris_federation": {
                 "description": "Iris federation provider.",
@@ -81,23 +99,44 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "iris_federation_default",
                     },
                     "default_deferrable": {
-                        "description": "Whether operators and sensors wait in the triggerer by default.",
+                        "description": "Whether the operator and the sensor wait in the triggerer by default. "
+                        "Unset (the default): Airflow's [operators] default_deferrable.",
                         "version_added": "0.1.0",
                         "type": "boolean",
-                        "example": None,
-                        "default": "True",
+                        "example": "True",
+                        "default": None,
                     },
                 },
             }
         },
+        # The connection form, declared here because Airflow 3.3 builds it from metadata without
+        # importing the hook (a hook's get_ui_field_behaviour needs wtforms, absent by default).
         "connection-types": [
             {
                 "hook-class-name": "iris_airflow_provider.hooks.federation_store.FederationStoreHook",
+                "hook-name": "Iris Federation Store",
                 "connection-type": "irisfederation",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login", "port", "extra"],
+                    "relabeling": {"host": "SQLAlchemy URL", "password": "Password (if not in the URL)"},
+                    "placeholders": {
+                        "host": "postgresql://iris@db.example.com:5432/iris_federation",
+                        "password": "kept encrypted, or in a secrets backend",
+                    },
+                },
             },
             {
                 "hook-class-name": "iris_airflow_provider.hooks.federation_peer.FederationPeerHook",
+                "hook-name": "Iris Federation Peer",
                 "connection-type": "irisfederationpeer",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login", "port", "extra"],
+                    "relabeling": {"host": "Peer URL", "password": "This cluster's private key (Ed25519 PEM)"},
+                    "placeholders": {
+                        "host": "https://airflow.cw-east.example.com",
+                        "password": "kept encrypted, or in a secrets backend",
+                    },
+                },
             },
         ],
     }

@@ -9,6 +9,9 @@ from airflow.models.connection import Connection
 
 from iris_airflow_provider.hooks import federation_store
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook, store_url_from_connection
+from iris_airflow_provider.store.migrate import head_revision
+from iris_airflow_provider.store.store import FederationStore
+from tests.postgres import scratch_database
 
 
 @pytest.mark.parametrize(
@@ -56,3 +59,86 @@ def test_the_hook_opens_a_migrated_store_once_per_process(monkeypatch, tmp_path)
     store = FederationStoreHook().get_store()
     assert store is FederationStoreHook().get_store()
     assert store.queued_jobs() == []
+
+
+# The connection form's Test button ------------------------------------------------------------------------------
+
+
+def test_a_password_from_the_password_field_joins_a_url_without_one():
+    connection = Connection(conn_type="irisfederation", host="postgresql://iris@db:5432/iris", password="s3cret")
+    assert store_url_from_connection(connection) == "postgresql://iris:s3cret@db:5432/iris"
+    in_url = Connection(conn_type="irisfederation", host="postgresql://iris:own@db/iris", password="other")
+    assert store_url_from_connection(in_url) == "postgresql://iris:own@db/iris"  # the URL's own wins
+
+
+def _test(monkeypatch, url: str, password: str | None = None) -> tuple[bool, str]:
+    """What the REST API's connection test does: the connection in an environment variable, then the hook."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_IRIS_TEST_STORE", json.dumps({"conn_type": "irisfederation", "host": url, "password": password})
+    )
+    return Connection.get_connection_from_secrets("iris_test_store").test_connection()
+
+
+def test_a_migrated_store_passes(monkeypatch, tmp_path):
+    url = f"sqlite:///{tmp_path}/store.db"
+    FederationStore.from_url(url).migrate()
+    ok, message = _test(monkeypatch, url)
+    assert ok, message
+    assert message == f"Federation store at {url}: reachable, schema at the current migration ({head_revision()})."
+
+
+def test_an_empty_database_passes_saying_its_schema_is_created_on_first_use(monkeypatch, tmp_path):
+    (tmp_path / "empty.db").write_bytes(b"")
+    ok, message = _test(monkeypatch, f"sqlite:///{tmp_path}/empty.db")
+    assert ok and message.endswith(f"reachable and empty; its schema ({head_revision()}) is created on first use.")
+    assert FederationStore.from_url(f"sqlite:///{tmp_path}/empty.db").revision() is None  # the test created nothing
+
+
+def test_an_older_schema_passes_saying_it_is_upgraded_on_first_use(monkeypatch, tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    FederationStore.from_url(url).migrate("0007")
+    ok, message = _test(monkeypatch, url)
+    assert ok and message.endswith(f"schema at migration 0007; upgraded to {head_revision()} on first use."), message
+
+
+def test_a_schema_of_a_newer_provider_fails(monkeypatch, tmp_path):
+    url = f"sqlite:///{tmp_path}/newer.db"
+    store = FederationStore.from_url(url)
+    store.migrate()
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE iris_alembic_version SET version_num = '0099_from_the_future'")
+    ok, message = _test(monkeypatch, url)
+    assert not ok
+    assert "its schema is at migration '0099_from_the_future', which iris-airflow-provider" in message
+    assert message.endswith("does not know (a newer provider version wrote it); upgrade the provider here.")
+
+
+def test_a_missing_sqlite_file_fails_and_is_not_created(monkeypatch, tmp_path):
+    ok, message = _test(monkeypatch, f"sqlite:///{tmp_path}/nowhere/store.db")
+    assert not ok
+    assert message.startswith(f"SQLite database file '{tmp_path}/nowhere/store.db' does not exist on this machine")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_an_unreachable_postgresql_fails_naming_it_without_its_password(monkeypatch):
+    ok, message = _test(monkeypatch, "postgresql://iris@127.0.0.1:1/iris_federation", password="s3cret")
+    assert not ok
+    assert message.startswith("Cannot open the federation store at postgresql://iris:***@127.0.0.1:1/iris_federation: ")
+    assert "refused" in message and "s3cret" not in message
+
+
+def test_an_unsupported_database_fails_naming_the_accepted_ones(monkeypatch):
+    ok, message = _test(monkeypatch, "mysql://iris@db/iris")
+    assert (ok, message) == (
+        False,
+        "SQLAlchemy URL: mysql://iris@db/iris is a mysql database; the store runs on postgresql or sqlite",
+    )
+
+
+def test_a_migrated_postgresql_store_passes(monkeypatch):
+    with scratch_database("iris_conn_test") as url:
+        store = FederationStore.from_url(url)
+        store.migrate()
+        store.dispose()
+        ok, message = _test(monkeypatch, url)
+    assert ok and message.endswith(f"reachable, schema at the current migration ({head_revision()}).")

@@ -30,23 +30,52 @@ def simulate(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     return 0
 
 
-def dag_bundle_config(dags_folder: bool = True) -> list[dict[str, Any]]:
-    """The ``[dag_processor] dag_bundle_config_list`` that loads the provider's placement DAG."""
+BUNDLE_NAME = "iris_federation"
+LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+BUNDLE_OPTION = "[dag_processor] dag_bundle_config_list"
+
+
+def provider_bundle() -> dict[str, Any]:
+    """The DAG bundle of the DAGs shipped in this package (the placement tick, the runner)."""
     from pathlib import Path
 
     import iris_airflow_provider
 
-    bundle = {
-        "name": "iris_federation",
-        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-        "kwargs": {"path": str(Path(iris_airflow_provider.__file__).parent / "dags"), "refresh_interval": 300},
-    }
-    default = {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}}
-    return [default, bundle] if dags_folder else [bundle]
+    path = str(Path(iris_airflow_provider.__file__).parent / "dags")
+    return {"name": BUNDLE_NAME, "classpath": LOCAL_BUNDLE, "kwargs": {"path": path, "refresh_interval": 300}}
+
+
+def merge_bundle_config(current: Any) -> list[dict[str, Any]]:
+    """``current`` (a ``dag_bundle_config_list``: a Git bundle, the dags folder ...) with the
+    provider's bundle added, or put in place of an earlier ``iris_federation`` bundle, so running
+    the command again changes nothing."""
+    if current in (None, ""):
+        current = []
+    if not isinstance(current, list) or not all(isinstance(item, dict) for item in current):
+        raise SpecError.single(
+            "", f"{BUNDLE_OPTION} must be a JSON list of bundle objects (name, classpath, kwargs), got {current!r}"
+        )
+    return [item for item in current if item.get("name") != BUNDLE_NAME] + [provider_bundle()]
+
+
+def current_bundle_config() -> Any:
+    """Airflow's ``dag_bundle_config_list`` as configured here (environment, airflow.cfg or its default)."""
+    from airflow.configuration import conf
+
+    try:
+        return conf.getjson("dag_processor", "dag_bundle_config_list")
+    except Exception as error:  # Airflow's message names the option and the bad JSON
+        raise SpecError.single("", f"{BUNDLE_OPTION} is not valid JSON: {error}") from None
+
+
+def dag_bundle_config(merge: bool = True) -> list[dict[str, Any]]:
+    """The ``[dag_processor] dag_bundle_config_list`` that also loads the provider's DAGs: the current
+    one merged with the provider's bundle (only the provider's bundle with ``merge=False``)."""
+    return merge_bundle_config(current_bundle_config()) if merge else [provider_bundle()]
 
 
 def bundle(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    emit(stdout, dag_bundle_config(not args.without_dags_folder), indent=None)
+    emit(stdout, dag_bundle_config(merge=not args.provider_bundle_only), indent=None)
     return 0
 
 

@@ -37,11 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(run=offline.simulate)
     bundle = commands.add_parser(
         "dag-bundle-config",
-        help="print the dag_bundle_config_list that loads the placement DAG shipped in this package",
-        description="Print a value for AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST: the usual dags folder plus "
-        "the bundle holding iris_federation_tick.",
+        help="print the dag_bundle_config_list that also loads the DAGs shipped in this package",
+        description="Print a value for AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST: the current "
+        "[dag_processor] dag_bundle_config_list (from the environment, airflow.cfg or Airflow's default, the dags "
+        "folder) with the bundle holding iris_federation_tick added. Bundles already there (a GitDagBundle, say) are "
+        "kept; an earlier iris_federation bundle is replaced, so running it again changes nothing.",
     )
-    bundle.add_argument("--without-dags-folder", action="store_true", help="only the provider's bundle")
+    bundle.add_argument(
+        "--provider-bundle-only",
+        "--without-dags-folder",
+        action="store_true",
+        help="print only the provider's bundle, not merged with the current configuration",
+    )
     bundle.set_defaults(run=offline.bundle)
     keygen = commands.add_parser(
         "keygen",

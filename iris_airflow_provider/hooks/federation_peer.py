@@ -32,7 +32,8 @@ def peer_url(conn: Any) -> str:
 
 
 class FederationPeerHook(BaseHook):
-    """Reaches one Airflow peer named by a connection."""
+    """Reaches one Airflow peer named by a connection (its form is declared in the provider's
+    metadata, ``get_provider_info``)."""
 
     conn_name_attr = "iris_peer_conn_id"
     default_conn_name = "iris_federation_peer_default"
@@ -42,14 +43,6 @@ class FederationPeerHook(BaseHook):
     def __init__(self, iris_peer_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.iris_peer_conn_id = iris_peer_conn_id
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["schema", "login", "port", "extra"],
-            "relabeling": {"host": "Peer URL", "password": "This cluster's private key (Ed25519 PEM)"},
-            "placeholders": {"host": "https://airflow.cw-east.example.com"},
-        }
 
     def endpoint(self) -> PeerEndpoint:
         conn = self.get_connection(self.iris_peer_conn_id)

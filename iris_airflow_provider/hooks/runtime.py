@@ -3,8 +3,9 @@
 Read from the ``[iris_federation]`` configuration section (``AIRFLOW__IRIS_FEDERATION__*``): the
 cluster configuration from one of ``cluster_config`` (a file), ``cluster_config_json`` (the
 document inline) or ``cluster_config_variable`` (an Airflow Variable holding it; none: one local
-CPU backend, no peers), and ``conn_id`` (the store's connection, ``iris_federation_default``).
-Each is read once per process: a changed configuration takes effect when the components restart.
+CPU backend, no peers), ``conn_id`` (the store's connection, ``iris_federation_default``) and
+``default_deferrable``. Each is read once per process: a changed configuration takes effect when
+the components restart.
 """
 
 from __future__ import annotations
@@ -64,6 +65,19 @@ def cluster_config() -> ClusterConfig:
 
 def default_conn_id() -> str:
     return conf.get(SECTION, "conn_id", fallback=DEFAULT_CONN_ID) or DEFAULT_CONN_ID
+
+
+def default_deferrable() -> bool:
+    """Whether the operator and the sensor wait in the triggerer unless told: ``[iris_federation]
+    default_deferrable`` when it is set, else Airflow's own ``[operators] default_deferrable``.
+
+    The provider's option has no default (it is empty unless set), which is how "unset" is told
+    apart from an explicit false.
+    """
+    own = conf.get(SECTION, "default_deferrable", fallback="")
+    if own is not None and str(own).strip():
+        return bool(conf.getboolean(SECTION, "default_deferrable"))
+    return bool(conf.getboolean("operators", "default_deferrable", fallback=False))
 
 
 def get_federation(conn_id: str | None = None) -> Federation:

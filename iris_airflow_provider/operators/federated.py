@@ -2,7 +2,7 @@
 
 The job is classified once: it runs on this cluster's backend (LOCAL), waits in the federation
 queue for a peer with free capacity (QUEUE), or fails now with the reason no backend or peer can
-host it (REJECT). Waiting happens in the triggerer (deferrable, the default) or on the worker.
+host it (REJECT). Waiting happens in the triggerer (deferrable) or on the worker.
 The job id is derived from the task instance, so a retry or a restarted worker reattaches to the
 job instead of submitting a second one (through Airflow 3.3's task state store as well), and ends
 exactly as a first run would: with the job's result, or its failure. Killing the task does not
@@ -20,7 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
 from airflow.sdk.exceptions import AirflowTaskTimeout
@@ -33,7 +33,7 @@ from iris_airflow_provider.core.orphans import submitter_kill_action
 from iris_airflow_provider.core.ownership import OwnershipError, check_namespace, qualified_job_id, user_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.hooks.runtime import SECTION, default_conn_id, get_federation
+from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
 from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
 from iris_airflow_provider.services.submit import IdentityError
@@ -52,10 +52,6 @@ WAIT_FOR = ("completion", "acceptance", "none")
 ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
 # Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
 DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
-
-
-def default_deferrable() -> bool:
-    return bool(conf.getboolean(SECTION, "default_deferrable", fallback=True))
 
 
 class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
@@ -79,7 +75,8 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         locally), or ``none`` (return right after it is queued or started).
     :param poll_interval: seconds between looks at the job while waiting.
     :param conn_id: the federation store's connection.
-    :param deferrable: wait in the triggerer (default from ``[iris_federation] default_deferrable``).
+    :param deferrable: wait in the triggerer (default: ``[iris_federation] default_deferrable``, or
+        when that is unset Airflow's ``[operators] default_deferrable``).
     :param cancel_on_kill: cancel the job whenever the task is killed, for whatever reason (a
         worker shutting down too), on the worker or in the triggerer. Default False: a kill leaves
         the job running, and the placement tick cancels it only once the task has failed (marked

@@ -18,13 +18,28 @@ from iris_airflow_provider.store.schema import VERSION_TABLE
 MIGRATION_LOCK = 0x1815_FED  # PostgreSQL advisory lock id held while migrating
 
 
+def _alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(files("iris_airflow_provider.store") / "migrations"))
+    return config
+
+
+def head_revision() -> str:
+    """The newest schema revision this version of the provider knows (what ``migrate`` brings a store to)."""
+    return str(ScriptDirectory.from_config(_alembic_config()).get_current_head())
+
+
+def known_revisions() -> set[str]:
+    """Every schema revision this version of the provider can migrate from."""
+    return {script.revision for script in ScriptDirectory.from_config(_alembic_config()).walk_revisions()}
+
+
 class Migrations(StoreBase):
     def migrate(self, revision: str = "head") -> None:
         """Bring the schema to the newest revision (or to ``revision``); safe to call from several
         processes at once."""
-        config = Config()
-        config.set_main_option("script_location", str(files("iris_airflow_provider.store") / "migrations"))
-        target = ScriptDirectory.from_config(config).get_current_head() if revision == "head" else revision
+        config = _alembic_config()
+        target = head_revision() if revision == "head" else revision
         if self.revision() == target:
             return  # the common case, on every process start: no write lock taken
         alembic_log = logging.getLogger("alembic")

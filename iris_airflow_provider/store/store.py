@@ -25,6 +25,8 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 
 from __future__ import annotations
 
+from typing import Any
+
 from iris_airflow_provider.store.engine import create_store_engine
 from iris_airflow_provider.store.feed import Feed
 from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs
@@ -47,8 +49,8 @@ class FederationStore(
     Migrations, Jobs, Handoffs, Lifecycle, Reservations, Holds, Heartbeats, Logs, Feed, Leases, Retention, SeenTokens
 ):
     @classmethod
-    def from_url(cls, url: str) -> FederationStore:
-        return cls(create_store_engine(url))
+    def from_url(cls, url: str, **engine_options: Any) -> FederationStore:
+        return cls(create_store_engine(url, **engine_options))
 
     @property
     def url(self) -> str:
