@@ -6,7 +6,8 @@ Being the kubelet of one Node, it:
 - registers the Node (Ready, ``nvidia.com/gpu`` allocatable, the given labels) and renews its Lease;
 - for each pod the scheduler binds to it: waits for its ConfigMap and Secret volumes (as
   ``ContainerCreating``), mounts them and its emptyDirs into the pod's directory, resolves its env
-  (values, field refs, ConfigMap and Secret keys), runs each container's ``command + args`` there
+  (values, field refs, ConfigMap and Secret keys; a path under a mount is moved into the pod's
+  directory, where the mount is), runs each container's ``command + args`` there
   as a local process (the image is ignored) and publishes the pod's status: Running, then
   Succeeded or Failed with each container's exit code;
 - serves each container's output on the kubelet's log endpoint, which the API server proxies for
@@ -287,7 +288,7 @@ class CommandNode:
             container.process = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env=self._env(pod, spec),
+                env=_in_rootfs(self._env(pod, spec), spec, rootfs),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -500,6 +501,17 @@ def _signal(run: PodRun, sig: int) -> None:
         if container.process is not None and container.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(container.process.pid, sig)
+
+
+def _in_rootfs(env: dict[str, str], spec: Any, rootfs: Path) -> dict[str, str]:
+    """``env`` with absolute paths under one of the container's mounts moved into the pod's directory:
+    with no mount namespace here, that is where the mount is (``IRIS_RESULT=/iris/result/...``)."""
+    mounts = sorted((m.mount_path.rstrip("/") for m in spec.volume_mounts or []), key=len, reverse=True)
+    moved = {}
+    for name, value in env.items():
+        mount = next((m for m in mounts if value == m or value.startswith(m + "/")), None)
+        moved[name] = str(rootfs / value.lstrip("/")) if mount else value
+    return moved
 
 
 def _field(pod: Any, path: str) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
@@ -14,6 +16,7 @@ from iris_airflow_provider.core.availability import PeerBackend
 # The value backends report lives in the core; re-exported here for the backends that return it.
 from iris_airflow_provider.core.job_report import JobReport as JobReport
 from iris_airflow_provider.core.job_report import ReplicaReport as ReplicaReport
+from iris_airflow_provider.core.job_result import MAX_RESULT_BYTES, RESULT_ENV, ResultError, parse_result, too_large
 from iris_airflow_provider.core.model import JobSpec
 
 
@@ -123,6 +126,23 @@ def job_identity_env(job_id: str, nonce: str, replicas: int, backend_id: str) ->
         "IRIS_NUM_REPLICAS": str(replicas),
         "IRIS_BACKEND_ID": backend_id,
     }
+
+
+def read_result_file(path: Path) -> str | None:
+    """The result a replica left at ``path`` (see ``core/job_result.py``): None when it wrote none,
+    else its canonical JSON text; ResultError when it is too large or not JSON. Reads at most one
+    byte past the limit, whatever the file's size."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_RESULT_BYTES + 1)
+            size = os.fstat(handle.fileno()).st_size
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ResultError(f"The job's result (the file at ${RESULT_ENV}) cannot be read: {error.strerror}") from None
+    if len(data) > MAX_RESULT_BYTES:
+        raise too_large(max(size, len(data)))
+    return parse_result(data)
 
 
 def replica_line(index: int, text: str) -> str:

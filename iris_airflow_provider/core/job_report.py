@@ -1,5 +1,5 @@
 """The one value that says where an incarnation of a job stands: its state, exit code, error, times
-and replicas. Backends and peers report it; the store's row, the trigger's snapshot and the peer
+replicas and result. Backends and peers report it; the store's row, the trigger's snapshot and the peer
 wire convert to and from it (:func:`projected`), so no layer copies job-state fields by hand."""
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class JobReport:
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
     replicas: tuple[ReplicaReport, ...] = ()
+    # What a succeeded incarnation handed back at $IRIS_RESULT, as JSON text (core/job_result.py).
+    result: str | None = None
 
 
 def projected(source: object, target: type[T], **overrides: Any) -> T:

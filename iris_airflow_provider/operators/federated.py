@@ -48,6 +48,8 @@ from iris_airflow_provider.triggers.federation import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from iris_airflow_provider.store.store import FederationStore
+
 WAIT_FOR = ("completion", "acceptance", "none")
 ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
 # Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
@@ -296,6 +298,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             "error": job.error,
             "pending_reasons": pending_reason_history(job.direction, current_incarnation(store.events(job_id))),
             "url": job_url(job.job_id),
+            "result": job_result(store, job),
         }
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:
             return result
@@ -344,6 +347,15 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             self.log.info(
                 get_federation(self.conn_id).task_killed(self.job_id, submitter_kill_action(self.cancel_on_kill))
             )
+
+
+def job_result(store: FederationStore, job: JobRecord) -> Any:
+    """What the job's current incarnation handed back at ``$IRIS_RESULT`` (parsed), or None: only a
+    succeeded incarnation has one, and a rerun's new incarnation never shows an earlier one's."""
+    if job.state is not JobState.SUCCEEDED:
+        return None
+    text = store.job_result(job.job_id, job.nonce)
+    return None if text is None else json.loads(text)
 
 
 def _disposition(job: JobRecord) -> str:

@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
 from iris_airflow_provider.core.job_ids import JobId
 from iris_airflow_provider.core.job_report import projected
+from iris_airflow_provider.core.job_result import MAX_RESULT_BYTES, ResultError, parse_result
 from iris_airflow_provider.core.limits import MAX_FILES_BYTES
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.base import Handoff, PeerErrorCode
@@ -37,6 +38,9 @@ MAX_BACKENDS = 256  # per heartbeat
 MAX_SYNC_DELTAS = 100_000  # per sync answer (a peer sends at most 10,000 changes, or a full snapshot)
 MAX_LOG_LINES = 5_000  # per logs call, the most a parent may ask for
 MAX_LOG_LINE_CHARS = 8 * KiB  # longer lines are cut by the peer, so an answer is bounded by the lines asked
+# Job results a sync answer carries at most (each up to 1 MiB): the peer ends an answer early
+# rather than pass it, and the parent asks again from there.
+SYNC_RESULTS_BUDGET = 32 * MiB
 ANSWER_LIMITS = {
     "/backends": 4 * MiB,
     "/handoffs": 1 * MiB,
@@ -172,6 +176,20 @@ class JobStatus(Body):
     finished_at_ms: EpochMs | None = None
     replicas: list[ReplicaStatus] = Field(default_factory=list)
     tombstone: bool = False
+    # What a succeeded incarnation handed back at $IRIS_RESULT (JSON text). Optional: a peer
+    # without results sends none, and an older parent ignores it.
+    result: Annotated[str, Field(max_length=MAX_RESULT_BYTES)] | None = None
+
+    @field_validator("result")
+    @classmethod
+    def _json_result(cls, result: str | None) -> str | None:
+        """A result is the JSON the job wrote, checked again here: a peer's answer is not trusted."""
+        if result is None:
+            return None
+        try:
+            return parse_result(result.encode("utf-8"))
+        except ResultError as error:
+            raise PydanticCustomError("result", "{problem}", {"problem": str(error)}) from None
 
     @field_validator("error")
     @classmethod

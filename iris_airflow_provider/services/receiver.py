@@ -12,7 +12,7 @@ changed (``sync``), may cancel (``terminate``) and read logs, but only for jobs 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 import sqlalchemy as sa
@@ -22,11 +22,12 @@ from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.ownership import received_job_key, wire_job_id
-from iris_airflow_provider.core.states import Direction
+from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.core.wire import BackendSummary
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.peers.identity import submitter_admitted
 from iris_airflow_provider.peers.wire import (
+    SYNC_RESULTS_BUDGET,
     BackendsResponse,
     HandoffRequest,
     HandoffResponse,
@@ -51,9 +52,10 @@ SYNC_OVERLAP = 500
 SYNC_LIMIT = 10_000
 
 
-def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) -> JobStatus:
+def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None, result: str | None = None) -> JobStatus:
     """A received job as the peer API reports it to its requester (under the id the requester knows);
-    with ``backends``, its replicas as the backend running it sees them."""
+    with ``backends``, its replicas as the backend running it sees them; with ``result``, what it
+    handed back (as this cluster's store keeps it)."""
     replicas: tuple[ReplicaReport, ...] | None = None  # None: as last reported
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
@@ -65,7 +67,7 @@ def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None) ->
         if report is not None and report.nonce == job.nonce:
             replicas = report.replicas
     report = job.report(replicas)
-    return JobStatus.of(replace(report, job_id=wire_job_id(job.peer_id, job.job_id)))
+    return JobStatus.of(replace(report, job_id=wire_job_id(job.peer_id, job.job_id), result=result))
 
 
 class Receiver:
@@ -149,7 +151,8 @@ class Receiver:
             log.warning("Could not create the runner run of %s yet: %s", job.job_id, error)
             raise PeerError(PeerErrorCode.UNAVAILABLE, f"cannot record job {job.job_id} yet: {error}") from error
         log.info("Accepted job %s from %s (%s)", job.job_id, caller, "replay" if replay else "new")
-        return HandoffResponse(job=job_status(job), replay=replay)
+        # A replay may find the job over: its answer carries the result, as a sync would.
+        return HandoffResponse(job=job_status(job, result=self._results([job]).get(job.job_id)), replay=replay)
 
     def _authorize(self, caller: str, request: HandoffRequest) -> JobSpec:
         if request.requester != caller:
@@ -210,20 +213,41 @@ class Receiver:
         position = int(cursor) if cursor.isdigit() else None
         if position is None or position > latest:  # a new parent, or this store was reset: everything
             jobs = self.store.received_jobs(caller)
-            deltas = [job_status(j, self.backends) for j in jobs]
-            return SyncResponse(deltas=deltas, next_cursor=str(latest), cursor_stale=True)
+            results = self._results(jobs)
+            if sum(len(result) for result in results.values()) <= SYNC_RESULTS_BUDGET:
+                deltas = [job_status(j, self.backends, results.get(j.job_id)) for j in jobs]
+                return SyncResponse(deltas=deltas, next_cursor=str(latest), cursor_stale=True)
+            position = 0  # too many results for one answer: every change from the start, over several
         changes = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP), limit=SYNC_LIMIT)
         if len(changes) == SYNC_LIMIT:  # more than one answer holds: the parent asks again from here
             latest = changes[-1][1]
         records = self.store.get_jobs([job_id for job_id, _ in changes])
+        results = self._results([job for job in records.values() if job.peer_id == caller])
         deltas = []
-        for job_id, _ in changes:
+        carried, new = 0, 0  # bytes of results in this answer; changes past the cursor in it
+        for job_id, seq in changes:
             job = records.get(job_id)
             if job is None or job.direction is not Direction.RECEIVED or job.peer_id != caller:
                 deltas.append(JobStatus(job_id=wire_job_id(caller, job_id), nonce="", state="killed", tombstone=True))
-            else:
-                deltas.append(job_status(job, self.backends))
+                continue
+            result = results.get(job_id)
+            if result is not None and carried + len(result) > SYNC_RESULTS_BUDGET:
+                # Results bound the answer (each may be 1 MiB). A re-read of the overlap was carried by
+                # an earlier answer: it is left out. A new change is the next answer's first, once this
+                # one has made progress past the cursor.
+                if seq <= position:
+                    continue
+                if new:
+                    latest = seq - 1
+                    break
+            carried += len(result or "")
+            new += seq > position
+            deltas.append(job_status(job, self.backends, result))
         return SyncResponse(deltas=deltas, next_cursor=str(latest))
+
+    def _results(self, jobs: Iterable[JobRecord]) -> dict[str, str]:
+        """What the succeeded ones among ``jobs`` handed back, by job key."""
+        return self.store.job_results({job.job_id: job.nonce for job in jobs if job.state is JobState.SUCCEEDED})
 
     def terminate(self, caller: str, job_id: str, nonce: str = "") -> JobStatus:
         job = self._handed_by(caller, job_id)
@@ -234,7 +258,8 @@ class Receiver:
             self.store.record_event(job.job_id, "rereported", self.clock())
         elif not job.cancel_requested:  # asked again while it stops: this cluster's re-drive already has it
             self.federation.cancel(job.job_id)  # recorded, and the backend running it told now, not next tick
-        return job_status(self.store.get_job(job.job_id) or job)
+        current = self.store.get_job(job.job_id) or job
+        return job_status(current, result=self._results([current]).get(current.job_id))
 
     def logs(self, caller: str, job_id: str, cursor: str, max_lines: int) -> LogsResponse:
         job = self._handed_by(caller, job_id)

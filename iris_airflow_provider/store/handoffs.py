@@ -30,6 +30,7 @@ from iris_airflow_provider.store.common import (
 from iris_airflow_provider.store.holds import end_hold
 from iris_airflow_provider.store.records import HandoffRefusal, JobRecord, replica_values
 from iris_airflow_provider.store.requeue import Departure, RequeueOutcome, abandon, lock_for_requeue, requeue_locked
+from iris_airflow_provider.store.results import record_result
 from iris_airflow_provider.store.schema import abandoned_handoffs, jobs
 
 # Reported states in which a job holds capacity where it runs (admitted there, or running).
@@ -296,6 +297,9 @@ class Handoffs(StoreBase):
             ).first()
             if row is None:
                 return False
+            if report.state.terminal:
+                result = report.result if report.state is JobState.SUCCEEDED else None
+                record_result(connection, report.job_id, report.nonce, result, now_ms)
             event(connection, report.job_id, now_ms, "reported", report.state, row[0], row[1], report.error)
         return True
 

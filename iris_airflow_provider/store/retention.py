@@ -1,4 +1,4 @@
-"""Retention: finished jobs leave the store once they are old enough, with their history and output.
+"""Retention: finished jobs leave the store once they are old enough, with their history, output and result.
 
 Every delete is conditional on what the caller judged: the incarnation (nonce) still finished
 before the cutoff, so a job run again in the meantime is never touched. Work is bounded per call.
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.store.common import TERMINAL_VALUES, StoreBase
 from iris_airflow_provider.store.records import JobRecord
-from iris_airflow_provider.store.schema import job_events, job_logs, jobs, superseded_incarnations
+from iris_airflow_provider.store.schema import job_events, job_logs, job_results, jobs, superseded_incarnations
 
 
 class Retention(StoreBase):
@@ -46,7 +46,7 @@ class Retention(StoreBase):
                 )
             ]
             if deleted:
-                for table in (job_events, job_logs, superseded_incarnations):
+                for table in (job_events, job_logs, job_results, superseded_incarnations):
                     connection.execute(table.delete().where(table.c.job_id.in_(deleted)))
         return deleted
 

@@ -151,6 +151,17 @@ superseded_incarnations = sa.Table(
     sa.Index("ix_iris_superseded_incarnations_superseded_at_ms", "superseded_at_ms"),
 )
 
+# What an incarnation handed back at $IRIS_RESULT (JSON text, at most 1 MiB), kept beside
+# its nonce: a rerun's new incarnation never shows it. Apart from iris_jobs, whose rows every poll reads.
+job_results = sa.Table(
+    "iris_job_results",
+    metadata,
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("nonce", sa.Text, nullable=False),
+    sa.Column("result", sa.Text, nullable=False),
+    sa.Column("recorded_at_ms", sa.BigInteger, nullable=False),
+)
+
 job_logs = sa.Table(
     "iris_job_logs",
     metadata,

@@ -17,6 +17,7 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 - :mod:`.holds`: backends held for starving jobs;
 - :mod:`.heartbeats`: peers and their backends;
 - :mod:`.logs`: relayed output and history events;
+- :mod:`.results`: what each incarnation handed back at ``$IRIS_RESULT``;
 - :mod:`.feed`: what peers read (received jobs and changes) and sync cursors;
 - :mod:`.leases`: named expiring locks;
 - :mod:`.retention`: pruning finished jobs past the retention;
@@ -39,6 +40,7 @@ from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
 from iris_airflow_provider.store.requeue import RequeueOutcome
 from iris_airflow_provider.store.reservations import Reservations
+from iris_airflow_provider.store.results import Results
 from iris_airflow_provider.store.retention import Retention
 from iris_airflow_provider.store.seen_tokens import SeenTokens, TokenUse
 
@@ -46,7 +48,19 @@ __all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome",
 
 
 class FederationStore(
-    Migrations, Jobs, Handoffs, Lifecycle, Reservations, Holds, Heartbeats, Logs, Feed, Leases, Retention, SeenTokens
+    Migrations,
+    Jobs,
+    Handoffs,
+    Lifecycle,
+    Reservations,
+    Holds,
+    Heartbeats,
+    Logs,
+    Results,
+    Feed,
+    Leases,
+    Retention,
+    SeenTokens,
 ):
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> FederationStore:

@@ -548,3 +548,18 @@ def test_a_late_end_report_of_another_incarnation_or_attempt_is_ignored(state_di
     assert backend.status("/a/live").state is JobState.RUNNING  # type: ignore[union-attr]
     gates.release("live")
     assert wait_state(backend, "/a/live", JobState.SUCCEEDED).exit_code == 0
+
+
+def test_a_run_evicted_back_to_the_queue_leaves_no_result_for_the_next_run(state_dir: Path, gates: Gates) -> None:
+    """The first run writes a result and is evicted; the second writes none: the job hands back none."""
+    ran = gates.directory / "ran"
+    first_run = f'[ -e {ran} ] || {{ touch {ran}; echo "[1]" > "$IRIS_RESULT"; }}'
+    backend = gpu_backend(state_dir, 2)
+    submit(backend, job_spec("/a/batch", gates.held("batch", before=first_run), gpus=2, band="batch"), at=1)
+    wait_for(ran.exists, "the batch job's first run")
+    submit(backend, job_spec("/a/urgent", "true", gpus=2, band="production"), at=2)
+    wait_state(backend, "/a/urgent", JobState.SUCCEEDED)
+    gates.release("batch")
+    report = wait_state(backend, "/a/batch", JobState.SUCCEEDED)
+    assert json.loads(status_file(state_dir, "/a/batch").read_text())["attempts"] == 2
+    assert report.result is None

@@ -266,6 +266,29 @@ def test_resubmitting_a_finished_job_runs_it_again_as_a_new_incarnation(federati
     ]
 
 
+def test_the_result_a_job_writes_on_the_peer_reaches_the_parents_xcom_and_a_downstream_task(federation):
+    parent, job_id = federation.parent, "/alice/with-result"
+    writes = """printf '{"loss": 0.25, "checkpoint": "s3://ckpt/%s"}' "$IRIS_JOB_NONCE" > "$IRIS_RESULT\""""
+    # The parent loses one sync answer on the way: the peer's store still has the result to send again.
+    federation.proxy.lose_next(f"{API_PREFIX}/sync", lambda: None)
+    first = parent.trigger("e2e_result", {"job": gpu(f"echo training; {writes}", job_id=job_id)}, user="alice")
+    assert parent.wait_for_run("e2e_result", first) == "success"
+    nonce = federation.peer_store.get_job(on_peer(job_id)).nonce
+    expected = {"loss": 0.25, "checkpoint": f"s3://ckpt/{nonce}"}
+    outcome = parent.xcom("e2e_result", first, "run")
+    assert (outcome["peer_id"], outcome["state"], outcome["result"]) == ("cw-east", "succeeded", expected)
+    assert parent.xcom("e2e_result", first, "use_result") == f"loss 0.25 at s3://ckpt/{nonce}"
+    assert json.loads(federation.peer_store.job_result(on_peer(job_id), nonce) or "") == expected
+    assert "training" in parent.task_log("e2e_result", first, "run")
+    # Run again, writing nothing: the new incarnation hands nothing back, not the first one's result.
+    second = parent.trigger("e2e_result", {"job": gpu("echo no result", job_id=job_id)}, user="alice")
+    assert parent.wait_for_run("e2e_result", second) == "success"
+    again = parent.xcom("e2e_result", second, "run")
+    assert again["state"] == "succeeded" and again["result"] is None
+    assert parent.xcom("e2e_result", second, "use_result") == "no result"
+    assert federation.peer_store.get_job(on_peer(job_id)).nonce != nonce
+
+
 def a100(count: int, command: str) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": "a100", "count": count}}}
 

@@ -196,3 +196,47 @@ def test_a_parent_far_behind_catches_up_over_several_syncs_without_losing_a_job(
     assert int(first.next_cursor) < peer.store.latest_event_seq()  # not past what it left out
     second = peer.receiver.sync("marin", first.next_cursor)
     assert "/alice/c" in [d.job_id for d in second.deltas]
+
+
+def test_a_finished_jobs_result_travels_in_every_answer_that_reports_it(peer: Peer) -> None:
+    """The parent may lose any answer: a replayed handoff, a sync from the start and a terminate of
+    the finished job each carry the result this cluster's store kept for the incarnation."""
+    writes = """echo trained; printf '{"loss": 0.5}' > "$IRIS_RESULT\""""
+    spec = {"command": writes, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}}
+    peer.handoff(spec=spec)
+    job = peer.wait_until_finished()
+    assert job.state is JobState.SUCCEEDED
+    assert peer.store.job_result(KEY, "n1") == '{"loss": 0.5}'
+    replay = peer.handoff(
+        spec={"command": writes, "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}}
+    )
+    assert replay.replay and replay.job.result == '{"loss": 0.5}'
+    (delta,) = peer.receiver.sync("marin", "").deltas
+    assert (delta.state, delta.result) == (JobState.SUCCEEDED, '{"loss": 0.5}')
+    assert peer.receiver.terminate("marin", "/alice/train").result == '{"loss": 0.5}'
+    # Another requester's view of the same id holds nothing of it.
+    assert peer.receiver.sync("rogue", "").deltas == []
+
+
+@pytest.mark.parametrize("cursor", ["0", ""], ids=["from-a-cursor", "full-snapshot"])
+def test_a_sync_answer_carries_results_up_to_its_budget_and_the_rest_follow(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch, cursor: str
+) -> None:
+    monkeypatch.setattr(receiver_module, "SYNC_OVERLAP", 0)
+    monkeypatch.setattr(receiver_module, "SYNC_RESULTS_BUDGET", 25)  # two 12-character results
+    for name in ("a", "b", "c"):
+        peer.handoff(
+            f"n-{name}",
+            job_id=f"/alice/{name}",
+            spec={"command": f"""printf '{{"job": "{name}"}}' > "$IRIS_RESULT\"""", "resources": {}},
+        )
+        peer.wait_until_finished(f"marin:/alice/{name}")
+    seen: dict[str, str | None] = {}
+    for _ in range(5):
+        answer = peer.receiver.sync("marin", cursor)
+        assert sum(len(d.result or "") for d in answer.deltas) <= 25 and not answer.cursor_stale
+        seen |= {d.job_id: d.result for d in answer.deltas}
+        if answer.next_cursor == cursor:
+            break
+        cursor = answer.next_cursor
+    assert seen == {f"/alice/{name}": f'{{"job": "{name}"}}' for name in ("a", "b", "c")}

@@ -10,7 +10,8 @@ Reached through an Airflow connection of type ``kubernetes`` (the cncf-kubernete
 - **Creating is idempotent by nonce**: the Job name is derived from the job id, so the API server
   itself makes two creates of one job collide; the same nonce is a replay, another live one is
   ``already exists``, a finished one is replaced.
-- **Status** is translated by ``status.py``. **Cancel** deletes the Job with foreground
+- **Status** is translated by ``status.py``; a complete Job's result is read from replica 0's log
+  (``results.py``). **Cancel** deletes the Job with foreground
   propagation. **Logs** are read from the pods, with the cursor of ``logs.py``.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from iris_airflow_provider.backends.base import (
@@ -44,7 +46,7 @@ from iris_airflow_provider.backends.kubernetes.capacity import (
     ClusterCapacity,
     cluster_capacity,
 )
-from iris_airflow_provider.backends.kubernetes.logs import LogReader
+from iris_airflow_provider.backends.kubernetes.logs import LOG_SKEW_MARGIN_S, LogReader
 from iris_airflow_provider.backends.kubernetes.manifests import (
     CONTAINER,
     JOB_ID_ANNOTATION,
@@ -56,17 +58,22 @@ from iris_airflow_provider.backends.kubernetes.manifests import (
     job_name,
     pod_selector,
 )
-from iris_airflow_provider.backends.kubernetes.status import finished, job_report
+from iris_airflow_provider.backends.kubernetes.results import extract_result
+from iris_airflow_provider.backends.kubernetes.status import finished, job_report, latest_pod_per_index, ms, terminated
 from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.job_result import ResultError
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.states import JobState
 
 if TYPE_CHECKING:
     from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
 
 log = logging.getLogger(__name__)
+
+RESULTS_REMEMBERED = 256
 
 
 class KubernetesBackend:
@@ -128,6 +135,8 @@ class KubernetesBackend:
         self.clock = clock or now_ms
         self._warned_classes: frozenset[str] = frozenset()
         self._last_observation: Availability | None = None
+        # Results read from finished pods' logs, by pod uid (a finished pod's log does not change).
+        self._results: dict[str, str | ResultError | None] = {}
 
     @classmethod
     def from_config(cls, config: KubernetesBackendConfig) -> KubernetesBackend:
@@ -279,7 +288,38 @@ class KubernetesBackend:
     def status(self, job_id: str) -> JobReport | None:
         with self.api.guard(f"reading job {job_id}"):
             job = self._our_job(job_id)
-            return None if job is None else job_report(job, self._pods(job), self.backend_id)
+            if job is None:
+                return None
+            pods = self._pods(job)
+            report = job_report(job, pods, self.backend_id)
+            return self._with_result(report, pods) if report.state is JobState.SUCCEEDED else report
+
+    def _with_result(self, report: JobReport, pods: Sequence[Any]) -> JobReport:
+        """A complete Job's report with what replica 0 handed back (``results.py``): read from the end
+        of its log, once per pod in this process; a result that cannot be handed back fails the job."""
+        pod = latest_pod_per_index(pods).get(0)
+        ended = terminated(pod) if pod is not None else None
+        if pod is None or ended is None:
+            return report
+        uid = pod.metadata.uid
+        if uid not in self._results:
+            # Only the end of the log: the frame follows the job's last line (the node's clock on both).
+            since = max(1, (self.clock() - (ms(ended.finished_at) or 0)) // 1000 + LOG_SKEW_MARGIN_S)
+            data = self.api.pod_log(pod, CONTAINER, since)
+            if data is None:
+                return report  # the pod's log is gone: nothing to hand back
+            text = data.decode(errors="replace") if isinstance(data, bytes) else data
+            lines = [raw.partition(" ")[2] for raw in text.splitlines()]
+            try:
+                self._results[uid] = extract_result(lines)
+            except ResultError as problem:
+                self._results[uid] = problem
+            while len(self._results) > RESULTS_REMEMBERED:
+                self._results.pop(next(iter(self._results)))
+        found = self._results[uid]
+        if isinstance(found, ResultError):
+            return replace(report, state=JobState.FAILED, error=str(found))
+        return replace(report, result=found)
 
     def cancel(self, job_id: str) -> bool:
         with self.api.guard(f"cancelling job {job_id}"):

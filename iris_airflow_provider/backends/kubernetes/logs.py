@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter
 
 from iris_airflow_provider.backends.base import LogChunk, decode_cursor, replica_line
+from iris_airflow_provider.backends.kubernetes.results import is_result_line
 from iris_airflow_provider.backends.kubernetes.status import ms, pod_index
 
 LOG_SKEW_MARGIN_S = 300  # reading logs "since" the last line seen: tolerate this much clock skew
@@ -77,6 +78,10 @@ class LogReader:
             same = same + 1 if when == current else 1
             current = when
             if when < last or (when == last and same <= seen_at_last):
+                continue
+            if is_result_line(line):  # the job's result, handed back apart (results.py)
+                last, seen_at_last = when, same
+                self.positions[name] = [last, seen_at_last]
                 continue
             if len(self.lines) >= self.max_lines:
                 self.truncated = True

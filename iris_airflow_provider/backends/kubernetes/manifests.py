@@ -8,6 +8,8 @@
   the job's variant.
 - **Its files**: a ConfigMap (or Secret) owned by the Job, mounted file by file into a writable
   ``/iris/workdir``.
+- **Its result**: an emptyDir at ``/iris/result`` for ``$IRIS_RESULT``, and the command wrapped so
+  that the result reaches the log (``results.py``).
 
 Pure: no API calls, no clock.
 """
@@ -23,8 +25,10 @@ from typing import Any
 
 from iris_airflow_provider.backends.base import Submission, job_identity_env
 from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
+from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_PATH, RESULT_VOLUME, wrapped_command
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.job_result import RESULT_ENV
 from iris_airflow_provider.core.model import JobSpec
 
 LABEL_PREFIX = "iris.marin.community/"
@@ -127,8 +131,11 @@ class JobTemplate:
             "resources": resources(spec),
         }
         if spec.command:
-            container["command"] = list(spec.command)
-        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+            container["command"] = wrapped_command(spec.command)
+        # Where the job writes its result ($IRIS_RESULT): writable whatever the image.
+        volumes: list[dict[str, Any]] = [{"name": RESULT_VOLUME, "emptyDir": {}}]
+        container["volumeMounts"] = [{"name": RESULT_VOLUME, "mountPath": RESULT_DIR}]
+        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
         priority_class = self.priority_classes.get(spec.priority_band)
         if priority_class:
             pod_spec["priorityClassName"] = priority_class
@@ -147,9 +154,9 @@ class JobTemplate:
             # A writable workdir with each file mounted at its path (read-only) from the files object.
             files = files_object_name(name, submission.nonce)
             source = {"secret": {"secretName": files}} if self.files_in == "secret" else {"configMap": {"name": files}}
-            pod_spec["volumes"] = [{"name": "workdir", "emptyDir": {}}, {"name": "files", **source}]
+            volumes += [{"name": "workdir", "emptyDir": {}}, {"name": "files", **source}]
             container["workingDir"] = WORKDIR
-            container["volumeMounts"] = [
+            container["volumeMounts"] += [
                 {"name": "workdir", "mountPath": WORKDIR},
                 *(
                     {"name": "files", "mountPath": f"{WORKDIR}/{path}", "subPath": key, "readOnly": True}
@@ -179,6 +186,7 @@ class JobTemplate:
         spec = submission.spec
         values = dict(self.env)
         values.update(job_identity_env(spec.job_id, submission.nonce, spec.resources.replicas, self.backend_id))
+        values[RESULT_ENV] = RESULT_PATH
         if placement.variant:
             values["IRIS_DEVICE_VARIANT"] = placement.variant
         values.update(spec.env)

@@ -35,6 +35,7 @@ from iris_airflow_provider.backends.base import (
     advertised_attributes,
     job_identity_env,
     now_ms,
+    read_result_file,
 )
 from iris_airflow_provider.backends.process import processes
 from iris_airflow_provider.backends.process.logs import read_logs
@@ -54,12 +55,15 @@ from iris_airflow_provider.backends.process.state import (
     StateDir,
     StatusFile,
     job_directory_name,
+    result_file_name,
+    write_result,
 )
 from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, plan_pass
 from iris_airflow_provider.core.job_files import file_bytes
+from iris_airflow_provider.core.job_result import RESULT_ENV, ResultError
 from iris_airflow_provider.core.model import JobSpec
 
 SUPERVISOR_START_GRACE_MS = 30_000
@@ -231,6 +235,7 @@ class ProcessBackend:
         env.update(job.env)
         env.update(job_identity_env(job.spec["job_id"], job.nonce, job.replicas, self.backend_id))
         env["IRIS_REPLICA_INDEX"] = str(replica)
+        env[RESULT_ENV] = str(self._directory(job.job_id) / result_file_name(replica))
         per_replica = job.devices_per_replica
         if self.device_type == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # unset would mean every GPU of the machine
@@ -272,7 +277,7 @@ class ProcessBackend:
             elif job.status.cancel_requested_at_ms:
                 self._finish(job, KILLED, error="Cancelled", exit_codes=exit_codes)
             elif all(code == 0 for code in exit_codes):
-                self._finish(job, SUCCEEDED, exit_codes=exit_codes)
+                self._succeed(job, exit_codes)
             else:
                 self._finish(job, FAILED, error=error, exit_codes=exit_codes)
             self._schedule()
@@ -309,6 +314,18 @@ class ProcessBackend:
         if exit_codes is not None:
             job.status.exit_codes = list(exit_codes)
         self.store.save_status(job)
+
+    def _succeed(self, job: Job, exit_codes: Sequence[int | None]) -> None:
+        """Every replica exited 0: the job succeeds with replica 0's result (if it wrote one), which
+        is checked now, once; a result that cannot be handed back fails the job saying why."""
+        try:
+            result = read_result_file(job.directory / result_file_name(0))
+        except ResultError as problem:
+            self._finish(job, FAILED, error=str(problem), exit_codes=exit_codes)
+            return
+        if result is not None:
+            write_result(job.directory, result)
+        self._finish(job, SUCCEEDED, exit_codes=exit_codes)
 
     def _requeue(self, job: Job) -> None:
         job.status = StatusFile.queued(
@@ -380,6 +397,9 @@ class ProcessBackend:
         status.pid = status.pgid = status.pid_start = status.preempted_at_ms = None
         status.boot_id = processes.boot_id()
         self.store.save_status(job)
+        # A run evicted back to the queue may have left results: this run hands back only its own.
+        for left in job.directory.glob(result_file_name("*")):
+            left.unlink(missing_ok=True)
         try:
             pid = processes.spawn_supervisor(self.state_dir, job.directory.name)
         except (OSError, subprocess.SubprocessError, ValueError) as error:

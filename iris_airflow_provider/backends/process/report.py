@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
-from iris_airflow_provider.backends.process.state import FAILED, KILLED, QUEUED, RUNNING, STARTING, SUCCEEDED, Job
+from iris_airflow_provider.backends.process.state import (
+    FAILED,
+    KILLED,
+    QUEUED,
+    RUNNING,
+    STARTING,
+    SUCCEEDED,
+    Job,
+    read_result,
+)
 from iris_airflow_provider.core.states import JobState
 
 JOB_STATES = {
@@ -17,7 +26,8 @@ JOB_STATES = {
 
 
 def job_report(job: Job, backend_id: str) -> JobReport:
-    """The job's state, error, exit code (the first failing replica's) and per-replica states."""
+    """The job's state, error, exit code (the first failing replica's), per-replica states and, once
+    it succeeded, its result."""
     status = job.status
     state = JOB_STATES[job.state]
     codes = status.exit_codes or []
@@ -39,6 +49,7 @@ def job_report(job: Job, backend_id: str) -> JobReport:
         started_at_ms=status.started_at_ms,
         finished_at_ms=status.finished_at_ms,
         replicas=replicas,
+        result=read_result(job.directory) if state is JobState.SUCCEEDED else None,
     )
 
 

@@ -12,6 +12,8 @@ Layout of ``<state_dir>``::
         status.json         what happened (``StatusFile``), rewritten atomically at each change
         workdir/            the files that travelled with the job; the replicas' working directory
         replica-<i>.log     replica i's output; ``replica-<i>.exit`` its exit code
+        replica-<i>.result.json  what replica i wrote at ``$IRIS_RESULT`` (each replica has its own)
+        result.json         replica 0's result, checked, once the job succeeded: what it hands back
         supervisor.log      the supervisor's own output
 
 ``status.json`` carries a ``version``; files without one (written before it existed) are read as
@@ -308,6 +310,29 @@ def job_directory_name(job_id: str) -> str:
     readable = job_id.strip("/").replace("/", "__")[:80]
     digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
     return f"{readable}-{digest}"
+
+
+def result_file_name(replica: int | str) -> str:
+    """Where replica ``replica`` is told to write its result (``$IRIS_RESULT``), in the job's directory."""
+    return f"replica-{replica}.result.json"
+
+
+RESULT_FILE = "result.json"
+
+
+def write_result(directory: Path, result: str) -> None:
+    """Keep the job's checked result (JSON text), atomically."""
+    temporary = directory / f".{RESULT_FILE}.{os.getpid()}.tmp"
+    temporary.write_text(result, encoding="utf-8")
+    os.replace(temporary, directory / RESULT_FILE)
+
+
+def read_result(directory: Path) -> str | None:
+    """The job's checked result, or None when it handed none back."""
+    try:
+        return (directory / RESULT_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ job when bands allow. Where backends legitimately differ, the scenario says why.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -235,6 +236,49 @@ def test_a_job_runs_to_success_with_its_files_env_and_logs(target, backend):
     rerun = backend.submit(submission(spec))
     assert not rerun.replay and rerun.report.nonce != report.nonce
     assert wait_state(backend, spec.job_id, JobState.SUCCEEDED).nonce == rerun.report.nonce
+
+
+def test_a_job_hands_back_the_json_replica_0_wrote_at_iris_result(target, backend):
+    """Every replica writes a result; the job hands back replica 0's, its output stays free of it,
+    and the next incarnation of the job never shows it."""
+    spec = job(
+        target,
+        'echo "writing $IRIS_REPLICA_INDEX"'
+        """; printf '{"replica": %s,\\n "loss": 0.25, "path": "s3://ckpt/a b"}\\n' "$IRIS_REPLICA_INDEX" """
+        '> "$IRIS_RESULT"',
+        replicas=2,
+    )
+    backend.submit(submission(spec))
+    report = wait_state(backend, spec.job_id, JobState.SUCCEEDED)
+    assert report.result is not None
+    assert json.loads(report.result) == {"replica": 0, "loss": 0.25, "path": "s3://ckpt/a b"}
+    assert backend.status(spec.job_id).result == report.result  # read again: the same
+    assert backend.logs(spec.job_id).lines == ("[replica 0] writing 0", "[replica 1] writing 1")
+    # The next incarnation writes nothing: it hands nothing back, not the previous one's result.
+    silent = job(target, "echo quiet", gpus=1)
+    rerun = backend.submit(submission(parse_job({**silent.model_dump(mode="json"), "job_id": spec.job_id})))
+    done = wait_state(backend, spec.job_id, JobState.SUCCEEDED)
+    assert done.nonce == rerun.report.nonce and done.result is None
+
+
+@pytest.mark.parametrize(
+    ("writes", "message"),
+    [
+        ('printf \'{"loss": 0.25,\' > "$IRIS_RESULT"', "is not valid JSON: Expecting property name"),
+        (
+            "{ printf '\"'; head -c 1048600 /dev/zero | tr '\\000' a; printf '\"'; } > \"$IRIS_RESULT\"",
+            "at most 1048576 bytes (1 MiB) are handed back",
+        ),
+    ],
+    ids=["malformed", "oversize"],
+)
+def test_a_result_that_cannot_be_handed_back_fails_the_job_saying_why(target, backend, writes, message):
+    spec = job(target, f"echo trained; {writes}")
+    backend.submit(submission(spec))
+    report = wait_state(backend, spec.job_id, JobState.FAILED)
+    assert report.error.startswith("The job's result (the file at $IRIS_RESULT)") and message in report.error
+    assert report.result is None
+    assert backend.logs(spec.job_id).lines == ("[replica 0] trained",)
 
 
 def test_a_failing_job_is_mirrored_with_its_exit_code(target, backend):

@@ -98,3 +98,16 @@ with DAG(dag_id="e2e_cancel_on_kill", schedule=None, catchup=False):
     IrisFederatedOperator(
         task_id="run", job="{{ dag_run.conf['job'] | tojson }}", poll_interval=1, deferrable=False, cancel_on_kill=True
     )
+
+with DAG(dag_id="e2e_result", schedule=None, catchup=False):
+    # A downstream task uses what the job handed back, as it would a KubernetesPodOperator's XCom.
+    from airflow.sdk import task
+
+    @task
+    def use_result(outcome: dict[str, Any]) -> str:
+        result = outcome["result"]
+        if result is None:
+            return "no result"
+        return f"loss {result['loss']} at {result['checkpoint']}"
+
+    use_result(IrisFederatedOperator(task_id="run", job="{{ dag_run.conf['job'] | tojson }}", poll_interval=1).output)
