@@ -5,7 +5,7 @@ its incarnation), waits for it in the triggerer, and ends as the job ends. It is
 cluster's operators, never the job's owner: nothing that happens to the task or its run (a kill, a
 reset of an orphaned task, a retry, a clear, mark failed, a scheduler failing over) ends the job.
 Only the parent that handed it over ends it, or an operator here explicitly, with Cancel on the
-Federation page or ``iris-federation cancel``.
+Federation page or ``airflow iris-federation cancel``.
 """
 
 from __future__ import annotations
