@@ -132,44 +132,53 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     # Rendering -------------------------------------------------------------------------------------
 
     def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
-        """The job renders to native objects whatever the DAG's ``render_template_as_native_obj``
-        (``{{ params.job }}`` is the dict, not its repr), and only the job itself may name a job file:
-        a string inside it ending in ``.yaml`` (a command's argument) is a string, not a file to read."""
+        """The job itself renders to a native object whatever the DAG's ``render_template_as_native_obj``
+        (``{{ params.job }}`` is the dict, not its repr); strings inside a job render to text (its fields
+        are text: ``{{ params.steps }}`` in ``env`` is ``"1000"``, not ``1000``). Only the job itself may
+        name a job file: a string inside it ending in ``.yaml`` (a command's argument) stays a string."""
         others = [field for field in self.template_fields if field != "job"]
         self._do_render_template_fields(self, others, context, jinja_env or self.get_template_env(), set())
         if self.job:
-            self.job = self._render_job(self.job, context, self._native_template_env(), top=True)
+            self.job = self._render_job(self.job, context)
 
-    def _native_template_env(self) -> jinja2.Environment:
-        """The DAG's Jinja environment (its folder, searchpath, macros, filters), rendering native objects."""
+    def _template_env(self, *, native: bool) -> jinja2.Environment:
+        """The DAG's Jinja environment (its folder, searchpath, macros, filters), native or text."""
         explicit = self.render_template_as_native_obj
-        self.render_template_as_native_obj = True
+        self.render_template_as_native_obj = native
         try:
             return self.get_template_env(dag=self.get_dag())
         finally:
             self.render_template_as_native_obj = explicit
 
-    def _render_job(self, value: Any, context: Context, env: jinja2.Environment, *, top: bool = False) -> Any:
-        from airflow.sdk.definitions.context import render_template_as_native
+    def _render_job(self, job: Any, context: Context) -> Any:
+        from airflow.sdk.definitions.context import render_template_as_native, render_template_to_string
         from jinja2 import TemplateNotFound
 
-        if isinstance(value, str):
-            if not top or not value.endswith(JOB_FILE_EXTENSIONS):
-                return render_template_as_native(env.from_string(value), context)
-            try:
-                template = env.get_template(value)
-            except TemplateNotFound:
-                searched = getattr(env.loader, "searchpath", [])
-                raise AirflowFailException(
-                    f"Invalid job:\njob: no job file {value!r} beside the DAG or on its template_searchpath "
-                    f"(searched {', '.join(map(str, searched)) or 'nothing'})"
-                ) from None
-            return render_template_as_native(template, context)
-        if isinstance(value, Mapping):
-            return {key: self._render_job(item, context, env) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._render_job(item, context, env) for item in value]
-        return value
+        if not isinstance(job, str):
+            text_env = self._template_env(native=False)
+
+            def text(value: Any) -> Any:
+                if isinstance(value, str):
+                    return render_template_to_string(text_env.from_string(value), context)
+                if isinstance(value, Mapping):
+                    return {key: text(item) for key, item in value.items()}
+                if isinstance(value, list | tuple):
+                    return [text(item) for item in value]
+                return value
+
+            return text(job)
+        env = self._template_env(native=True)
+        if not job.endswith(JOB_FILE_EXTENSIONS):
+            return render_template_as_native(env.from_string(job), context)
+        try:
+            template = env.get_template(job)
+        except TemplateNotFound:
+            searched = getattr(env.loader, "searchpath", [])
+            raise AirflowFailException(
+                f"Invalid job:\njob: no job file {job!r} beside the DAG or on its template_searchpath "
+                f"(searched {', '.join(map(str, searched)) or 'nothing'})"
+            ) from None
+        return render_template_as_native(template, context)
 
     # What to submit --------------------------------------------------------------------------------
 

@@ -120,9 +120,11 @@ def test_a_templated_job_renders_to_the_object_itself_not_its_repr(native_dag: b
     assert task.target_cluster == "cw-h100"
 
 
-def test_strings_inside_a_job_are_templates_never_job_files() -> None:
-    task = rendered({"command": ["python", "train.py", "--config", "conf.yaml"], "env": {"N": "{{ params.n }}"}})
-    assert task.job == {"command": ["python", "train.py", "--config", "conf.yaml"], "env": {"N": 4}}
+def test_strings_inside_a_job_are_text_templates_never_job_files() -> None:
+    job = {"job_id": "fit", "command": ["python", "train.py", "--config", "conf.yaml"], "env": {"N": "{{ params.n }}"}}
+    task = rendered(job)
+    assert task.job == {**job, "env": {"N": "4"}}
+    assert task.job_spec({"ti": None, "dag_run": None}).env == {"N": "4"}  # type: ignore[arg-type]
 
 
 def test_json_and_yaml_text_are_parsed_and_anything_else_fails_naming_the_field(tmp_path: Path) -> None:
