@@ -56,6 +56,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["iris_airflow_provider.triggers.federation", "iris_airflow_provider.triggers.wake"],
             }
         ],
+        "cli": ["iris_airflow_provider.cli.definition.get_iris_federation_cli_commands"],
         "extra-links": ["iris_airflow_provider.links.job_page.FederationJobLink"],
         # The placement DAG's wake-up asset (iris-federation://wake): a registered scheme, so Airflow
         # normalizes its URI (no handler needed: the URI is fixed).

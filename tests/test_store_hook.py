@@ -37,6 +37,18 @@ def test_without_a_connection_the_store_is_sqlite_in_airflow_home(monkeypatch, t
     assert FederationStoreHook().get_url() == f"sqlite:///{tmp_path}/iris_federation.db"
 
 
+def test_airflow_home_is_read_as_airflow_reads_it(monkeypatch, tmp_path):
+    """``~`` and ``$VARS`` in AIRFLOW_HOME are expanded, as Airflow does (no directory named ``~``)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("IRIS_TEST_SITE", "site-a")
+    monkeypatch.setenv("AIRFLOW_HOME", "~/$IRIS_TEST_SITE/airflow")
+    monkeypatch.delenv("AIRFLOW_CONN_IRIS_FEDERATION_DEFAULT", raising=False)
+    assert FederationStoreHook().get_url() == f"sqlite:///{tmp_path}/site-a/airflow/iris_federation.db"
+    from iris_airflow_provider.cluster.config import load_cluster_config
+
+    assert load_cluster_config(None).resolved_state_dir() == tmp_path / "site-a" / "airflow" / "iris"
+
+
 def test_a_named_connection_that_does_not_exist_is_an_error(monkeypatch):
     from airflow.sdk.exceptions import AirflowNotFoundException
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from iris_airflow_provider.cli.output import emit
+from iris_airflow_provider.cli.output import Report, Table, emit
 from iris_airflow_provider.core.errors import SpecError
 
 
@@ -22,12 +22,50 @@ def _read_json(path: str, stdin: TextIO) -> Any:
         raise SpecError.single("", f"cannot read {path}: {error.strerror}") from None
 
 
-def simulate(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def simulated_tick(args: argparse.Namespace, stdin: TextIO) -> dict[str, Any]:
     from iris_airflow_provider.core.simulate import simulate as simulate_tick
 
-    result = simulate_tick(_read_json(args.file, stdin), include_explanations=not args.no_explain)
-    emit(stdout, result, indent=None if args.compact else 2)
+    return simulate_tick(_read_json(args.file, stdin), include_explanations=not args.no_explain)
+
+
+def simulate(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    emit(stdout, simulated_tick(args, stdin), indent=None if args.compact else 2)
     return 0
+
+
+def simulate_report(result: dict[str, Any]) -> Report:
+    """The simulated tick's document, and a table for each of its non-empty lists (the JSON holds the rest)."""
+    parts: list[Table | str] = [
+        Table(
+            [
+                {"job": d["job_id"], "disposition": d["disposition"], "pinned to": d["pinned_peer_id"]}
+                | {"why": d["reason"]}
+                for d in result["decisions"]
+            ],
+            "Decisions:",
+        )
+    ]
+    if result["promotions"]:
+        promotions = [
+            {"job": p["job_id"], "peer": p["peer_id"], "backend": p["backend_id"], "preempts": p["preempts"]}
+            for p in result["promotions"]
+        ]
+        parts.append(Table(promotions, "Promotions:"))
+    if result["pending"]:
+        parts.append(Table([{"job": p["job_id"], "why": p["reason"]} for p in result["pending"]], "Pending:"))
+    if result["expired"]:
+        parts.append("Expired: " + ", ".join(result["expired"]))
+    if result["reservations"]:
+        reservations = [
+            {"job": r["job_id"], "peer": r["peer_id"], "backend": r["backend_id"], "needs": _amounts(r["needs"])}
+            for r in result["reservations"]
+        ]
+        parts.append(Table(reservations, "Backends held for starving jobs:"))
+    return Report(result, parts)
+
+
+def _amounts(amounts: dict[str, int]) -> str:
+    return ", ".join(f"{count} {variant}" for variant, count in amounts.items())
 
 
 BUNDLE_NAME = "iris_federation"

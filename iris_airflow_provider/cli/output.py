@@ -1,25 +1,73 @@
-"""How the CLI prints: JSON documents, padded tables, ages, bands and capacity in a few characters."""
+"""How the CLI prints: a command's report in Airflow's ``--output`` formats, and the few-character
+forms of ages, bands and capacity its tables use.
+
+``json`` and ``yaml`` print the command's whole document (the UI API's shapes: numbers stay numbers);
+``table`` and ``plain`` print its rows through Airflow's own console, as ``airflow connections list``
+does. Airflow is imported only when a report is printed, so ``iris-federation simulate`` and
+``keygen`` run where Airflow is not configured.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+OUTPUT_FORMATS = ("table", "json", "yaml", "plain")
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of one table (each a dict: its keys are the columns), with an optional line above it."""
+
+    rows: Sequence[dict[str, Any]]
+    title: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a command prints: ``document`` for json and yaml; ``parts`` (tables and lines) otherwise."""
+
+    document: Any
+    parts: Sequence[Table | str] = field(default_factory=list)
+    exit_code: int = 0
+
+
+def render(report: Report, output: str) -> None:
+    """Print ``report`` to standard output in ``output`` (one of ``OUTPUT_FORMATS``)."""
+    from airflow.cli.simple_table import AirflowConsole
+    from rich.markup import escape
+
+    if output not in OUTPUT_FORMATS:
+        raise ValueError(f"--output must be one of {', '.join(OUTPUT_FORMATS)}, got {output!r}")
+    console = AirflowConsole()
+    if output == "json":
+        console.print_as_json(report.document)
+        return
+    if output == "yaml":
+        console.print_as_yaml(report.document)
+        return
+    for part in report.parts:
+        if isinstance(part, str):
+            console.print(part, markup=False, highlight=False)
+            continue
+        if part.title:
+            console.print(part.title, markup=False, highlight=False)
+        if output == "plain":
+            console.print_as_plain_table([{k: _cell(v) for k, v in row.items()} for row in part.rows])
+        else:
+            # Cells are data: a job's reason such as "[iris-federation] ..." is not rich markup.
+            console.print_as_table([{k: escape(_cell(v)) for k, v in row.items()} for row in part.rows])
+
+
+def _cell(value: Any) -> str:
+    return "-" if value in (None, "") else str(value)
 
 
 def emit(stdout: TextIO, document: Any, *, indent: int | None = 2) -> None:
     json.dump(document, stdout, indent=indent)
     stdout.write("\n")
-
-
-def table(stdout: TextIO, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Columns padded to their widest cell; the last column is never padded."""
-    cells = [[str(h) for h in headers], *[["-" if c in (None, "") else str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        stdout.write(
-            "  ".join(c.ljust(widths[i]) if i < len(row) - 1 else c for i, c in enumerate(row)).rstrip() + "\n"
-        )
 
 
 def age(ms: int | None) -> str:

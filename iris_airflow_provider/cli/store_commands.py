@@ -1,14 +1,15 @@
 """The commands that read or drive the federation of the configured cluster, on its store:
-``list-peers``, ``jobs``, ``describe``, ``explain`` and ``cancel``. Airflow and the store are
-imported only when one of them runs."""
+``list-peers``, ``jobs``, ``describe``, ``explain`` and ``cancel``, run as ``airflow iris-federation
+...``. Each returns a ``Report``: the UI API's document (``--output json|yaml``) and its tables.
+The store and the federation are imported only when one of them runs."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
 
-from iris_airflow_provider.cli.output import age, attributes, band, capacity, emit, iso, table
+from iris_airflow_provider.cli.output import Report, Table, age, attributes, band, capacity, iso
 
 
 class NotFoundError(Exception):
@@ -48,40 +49,52 @@ def _now_ms() -> int:
     return now_ms()
 
 
-def list_peers(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def list_peers(args: argparse.Namespace) -> Report:
     from iris_airflow_provider.services.peer_views import peers_overview
 
     document = peers_overview(_federation(args), _now_ms())
-    if args.json:
-        emit(stdout, document)
-        return 0
-    rows = []
+    peers = []
     for peer in document["peers"]:
         health = "yes" if peer["reachable"] else ("stale" if peer["stale"] else ("lost" if peer["lost"] else "no"))
         heartbeat = age(peer["heartbeat_age_ms"]) + (" ago" if peer["heartbeat_age_ms"] is not None else "")
-        first = [peer["peer_id"], peer["kind"], health, heartbeat, peer["active_federated_jobs"]]
+        lead = {
+            "peer": peer["peer_id"],
+            "kind": peer["kind"],
+            "reachable": health,
+            "heartbeat": heartbeat,
+            "active": peer["active_federated_jobs"],
+        }
         if not peer["backends"]:
-            rows.append([*first, "", "", peer["last_error"] or "no backends reported"])
-        for index, backend in enumerate(peer["backends"]):
-            lead = first if index == 0 else ["", "", "", "", ""]
-            rows.append([*lead, backend["backend_id"], attributes(backend), capacity(backend)])
-    stdout.write(f"Peers of {document['cluster']}:\n")
-    table(stdout, ["PEER", "KIND", "REACHABLE", "HEARTBEAT", "ACTIVE", "BACKEND", "ATTRIBUTES", "CAPACITY"], rows)
-    stdout.write(f"\nLocal backends of {document['cluster']}:\n")
-    table(
-        stdout,
-        ["BACKEND", "KIND", "RUNNING", "PENDING", "ATTRIBUTES", "CAPACITY"],
+            peers.append({**lead, "backend": "", "attributes": "", "capacity": peer["last_error"] or "no backends"})
+        for backend in peer["backends"]:
+            peers.append({**lead, "backend": backend["backend_id"], **_backend_columns(backend)})
+    local = [
+        {
+            "backend": b["backend_id"],
+            "kind": b["kind"],
+            "running": b["running_task_count"],
+            "pending": b["pending_task_count"],
+            **_backend_columns(b),
+        }
+        for b in document["local_backends"]
+    ]
+    fleet = ", ".join(f"{v['variant']} {v['free']}/{v['total']}" for v in document["fleet"]) or "no device capacity"
+    cluster = document["cluster"]
+    return Report(
+        document,
         [
-            [b["backend_id"], b["kind"], b["running_task_count"], b["pending_task_count"], attributes(b), capacity(b)]
-            for b in document["local_backends"]
+            Table(peers, f"Peers of {cluster}:"),
+            Table(local, f"Local backends of {cluster}:"),
+            f"Fleet (local + reachable peers), free/total: {fleet}",
         ],
     )
-    fleet = ", ".join(f"{v['variant']} {v['free']}/{v['total']}" for v in document["fleet"]) or "no device capacity"
-    stdout.write(f"\nFleet (local + reachable peers), free/total: {fleet}\n")
-    return 0
 
 
-def jobs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def _backend_columns(backend: dict[str, Any]) -> dict[str, str]:
+    return {"attributes": attributes(backend), "capacity": capacity(backend)}
+
+
+def jobs(args: argparse.Namespace) -> Report:
     from iris_airflow_provider.core.states import Direction, JobState
     from iris_airflow_provider.plugins.job_documents import job_row_document
     from iris_airflow_provider.store.queries import JobFilter, MonitoringQueries
@@ -99,29 +112,27 @@ def jobs(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     page = MonitoringQueries(federation.store).list_jobs(job_filter, limit=args.limit, offset=args.offset)
     now = _now_ms()
     views = [job_row_document(job, now) for job in page.jobs]
-    if args.json:
-        emit(stdout, {"jobs": views, "total": page.total, "limit": page.limit, "offset": page.offset})
-        return 0
     rows = [
-        [
-            v["job_id"],
-            v["state"],
-            v["handoff_state"],
-            v["peer_id"] or ("(local)" if v["direction"] == "local" else ""),
-            v["backend_id"],
-            band(v["priority_band"]),
-            v["resources"],
-            v["submitter"],
-            age(v["age_ms"]),
-            v["pending_reason"] or v["error"],
-        ]
+        {
+            "job": v["job_id"],
+            "state": v["state"],
+            "handoff": v["handoff_state"],
+            "peer": v["peer_id"] or ("(local)" if v["direction"] == "local" else ""),
+            "backend": v["backend_id"],
+            "band": band(v["priority_band"]),
+            "request": v["resources"],
+            "submitter": v["submitter"],
+            "age": age(v["age_ms"]),
+            "why": v["pending_reason"] or v["error"],
+        }
         for v in views
     ]
-    table(stdout, ["JOB", "STATE", "HANDOFF", "PEER", "BACKEND", "BAND", "REQUEST", "SUBMITTER", "AGE", "WHY"], rows)
     shown = f"{page.offset + 1}-{page.offset + len(views)}" if views else "0"
     more = f" (--offset {page.offset + len(views)} for more)" if page.offset + len(views) < page.total else ""
-    stdout.write(f"{shown} of {page.total} job(s){more}\n")
-    return 0
+    return Report(
+        {"jobs": views, "total": page.total, "limit": page.limit, "offset": page.offset},
+        [Table(rows), f"{shown} of {page.total} job(s){more}"],
+    )
 
 
 def _job_document(args: argparse.Namespace, read: Callable[[Any, Any, int], dict[str, Any]]) -> dict[str, Any]:
@@ -133,13 +144,10 @@ def _job_document(args: argparse.Namespace, read: Callable[[Any, Any, int], dict
     return read(federation, job, _now_ms())
 
 
-def describe(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def describe(args: argparse.Namespace) -> Report:
     from iris_airflow_provider.plugins.job_documents import job_details_document
 
     details = _job_document(args, job_details_document)
-    if args.json:
-        emit(stdout, details)
-        return 0
     origin = details["origin"]
     fields = [
         ("job", details["job_id"]),
@@ -154,61 +162,70 @@ def describe(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         ("exit code", details["exit_code"]),
         ("task", f"{origin['dag_id']} / {origin['run_id']} / {origin['task_id']}" if origin else None),
     ]
-    table(stdout, ["FIELD", "VALUE"], [[k, v] for k, v in fields if v not in (None, "")])
-    stdout.write("\nHistory:\n")
-    table(
-        stdout,
-        ["AT", "EVENT", "STATE", "HANDOFF", "PEER", "DETAIL"],
-        [
-            [iso(e["at_ms"]), e["kind"], e["state"], e["handoff_state"], e["peer_id"], e["detail"]]
-            for e in details["events"]
-        ],
-    )
+    parts: list[Table | str] = [
+        Table([{"field": k, "value": v} for k, v in fields if v not in (None, "")]),
+        Table(
+            [
+                {
+                    "at": iso(e["at_ms"]),
+                    "event": e["kind"],
+                    "state": e["state"],
+                    "handoff": e["handoff_state"],
+                    "peer": e["peer_id"],
+                    "detail": e["detail"],
+                }
+                for e in details["events"]
+            ],
+            "History:",
+        ),
+    ]
     if details["replicas"]:
-        stdout.write("\nReplicas:\n")
-        table(
-            stdout,
-            ["REPLICA", "STATE", "EXIT CODE"],
-            [[r["index"], r["state"], "" if r["exit_code"] is None else r["exit_code"]] for r in details["replicas"]],
-        )
+        replicas = [
+            {"replica": r["index"], "state": r["state"], "exit code": r["exit_code"]} for r in details["replicas"]
+        ]
+        parts.append(Table(replicas, "Replicas:"))
     if details["pending_reasons"]:
-        stdout.write("\nPending reasons: " + " -> ".join(details["pending_reasons"]) + "\n")
+        parts.append("Pending reasons: " + " -> ".join(details["pending_reasons"]))
     if details["output_tail"]:
-        stdout.write("\nLatest output:\n" + "\n".join("  " + line for line in details["output_tail"]) + "\n")
-    return 0
+        parts.append("Latest output:\n" + "\n".join("  " + line for line in details["output_tail"]))
+    return Report(details, parts)
 
 
-def explain(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def explain(args: argparse.Namespace) -> Report:
     from iris_airflow_provider.services.job_views import job_explanation
 
     explained = _job_document(args, job_explanation)
-    if args.json:
-        emit(stdout, explained)
-        return 0
-    stdout.write(
-        f"{explained['job_id']}: {explained['pending_reason'] or explained['state']}\n{explained['summary']}\n"
-    )
+    parts: list[Table | str] = [
+        f"{explained['job_id']}: {explained['pending_reason'] or explained['state']}\n{explained['summary']}"
+    ]
     detail = explained.get("explanation")
     if detail:
         gate = ", ".join(f"{n} {t}" for t, n in detail["gate"].items()) or "nothing gated"
-        stdout.write(
-            f"\nNeeds {gate} on one backend; routing: {', '.join(detail['constraints']) or 'none'}; "
-            f"band {band(detail['band'])}; {detail['jobs_ahead']} queued job(s) ahead of it.\n"
+        parts.append(
+            f"Needs {gate} on one backend; routing: {', '.join(detail['constraints']) or 'none'}; "
+            f"band {band(detail['band'])}; {detail['jobs_ahead']} queued job(s) ahead of it."
         )
         rows = []
         for peer in detail["peers"]:
-            for index, b in enumerate(peer["backends"] or [None]):
-                lead = [peer["peer_id"], peer["status"]] if index == 0 else ["", ""]
-                if b is None:
-                    rows.append([*lead, "(no backends)", "", "", "", "", ""])
-                    continue
+            lead = {"peer": peer["peer_id"], "status": peer["status"]}
+            if not peer["backends"]:
+                empty = dict.fromkeys(("shape", "free", "reclaimable", "fits", "note"), "")
+                rows.append({**lead, "backend": "(no backends)", **empty})
+            for b in peer["backends"]:
                 amounts = b.get("capacity") or ", ".join(f"{n} {t}" for t, n in b.get("free", {}).items())
-                reclaim = ", ".join(f"{n} {t}" for t, n in b.get("reclaimable", {}).items())
-                shape = "matches" if b["shape_matches"] else "needs " + ", ".join(b["unmet"])
-                fits = {True: "yes", False: "no"}.get(b.get("fits"))
-                rows.append([*lead, b["backend_id"], shape, amounts, reclaim, fits, _backend_note(b)])
-        table(stdout, ["PEER", "STATUS", "BACKEND", "SHAPE", "FREE", "RECLAIMABLE", "FITS", "NOTE"], rows)
-    return 0
+                rows.append(
+                    {
+                        **lead,
+                        "backend": b["backend_id"],
+                        "shape": "matches" if b["shape_matches"] else "needs " + ", ".join(b["unmet"]),
+                        "free": amounts,
+                        "reclaimable": ", ".join(f"{n} {t}" for t, n in b.get("reclaimable", {}).items()),
+                        "fits": {True: "yes", False: "no"}.get(b.get("fits")),
+                        "note": _backend_note(b),
+                    }
+                )
+        parts.append(Table(rows))
+    return Report(explained, parts)
 
 
 def _backend_note(row: dict[str, Any]) -> str:
@@ -222,15 +239,13 @@ def _backend_note(row: dict[str, Any]) -> str:
     return "; ".join(notes)
 
 
-def cancel(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+def cancel(args: argparse.Namespace) -> Report:
+    """Exit status 1 for a job already finished (nothing was cancelled)."""
     from iris_airflow_provider.plugins.job_documents import cancel_document
 
     federation = _federation(args)
     answer = cancel_document(federation.cancels.cancel_with_answer(args.job), _now_ms())
     if answer["result"] == "not_found":
         raise NotFoundError(answer["message"])
-    if args.json:
-        emit(stdout, answer)
-    else:
-        stdout.write(f"{args.job}: {answer['result'].replace('_', ' ')}: {answer['message']}\n")
-    return 1 if answer["result"] == "already_finished" else 0
+    row = {"job": args.job, "result": answer["result"].replace("_", " "), "message": answer["message"]}
+    return Report(answer, [Table([row])], exit_code=1 if answer["result"] == "already_finished" else 0)

@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from airflow.configuration import get_airflow_home
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 from sqlalchemy.engine import URL, make_url
@@ -41,8 +42,8 @@ _stores_lock = threading.Lock()
 
 
 def default_store_url() -> str:
-    home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
-    return f"sqlite:///{os.path.join(home, 'iris_federation.db')}"
+    """SQLite in Airflow's home (``AIRFLOW_HOME`` as Airflow itself reads it: ``~`` and ``$VARS`` expanded)."""
+    return f"sqlite:///{os.path.join(get_airflow_home(), 'iris_federation.db')}"
 
 
 def store_url_from_connection(conn: Any) -> str:

@@ -12,7 +12,6 @@ failed or its worker is going away, so the placement tick decides from the task'
 
 from __future__ import annotations
 
-import ast
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -46,11 +45,14 @@ from iris_airflow_provider.triggers.federation import (
 )
 
 if TYPE_CHECKING:
+    import jinja2
     from airflow.sdk import Context
 
     from iris_airflow_provider.store.store import FederationStore
 
 WAIT_FOR = ("completion", "acceptance", "none")
+# A job given as a file name (beside the DAG, or on its template_searchpath) is read and rendered by Jinja.
+JOB_FILE_EXTENSIONS = (".json", ".yaml", ".yml")
 ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
 # Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
 DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
@@ -59,8 +61,10 @@ DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
 class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     """Run a whole job on this cluster or on a federation peer, and wait for it.
 
-    :param job: the job: a dict (or its JSON), or a ``JobSpec``; templated, so a REST-triggered
-        run can pass it in ``conf`` (``job="{{ dag_run.conf['job'] | tojson }}"``). Without a
+    :param job: the job: a dict (or its JSON or YAML text), a ``JobSpec``, or the name of a job file
+        beside the DAG (``.json``, ``.yaml``, ``.yml``). Templated, always to native objects, so a
+        REST-triggered run can pass it in ``conf`` (``job="{{ params.job }}"`` is the dict itself);
+        a job file is rendered by Jinja, then parsed. Without a
         ``job_id`` the job is ``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``. A given
         ``job_id`` must be in the submitter's namespace, ``/<submitter>/<name>`` (a bare ``<name>``
         is placed there); it belongs to this DAG and task, so only they reattach to or re-run it.
@@ -87,6 +91,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("job", "target_cluster", "submitter", "workdir")
+    template_ext: Sequence[str] = JOB_FILE_EXTENSIONS
     template_fields_renderers: ClassVar[dict[str, str]] = {"job": "json"}
     operator_extra_links = (FederationJobLink(),)
     external_id_key = "iris_federation_job"
@@ -122,6 +127,57 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.job_id: str | None = None
         self._announced: str | None = None  # the job whose ids this try has pushed to XCom
+
+    # Rendering -------------------------------------------------------------------------------------
+
+    def render_template_fields(self, context: Context, jinja_env: jinja2.Environment | None = None) -> None:
+        """The job itself renders to a native object whatever the DAG's ``render_template_as_native_obj``
+        (``{{ params.job }}`` is the dict, not its repr); strings inside a job render to text (its fields
+        are text: ``{{ params.steps }}`` in ``env`` is ``"1000"``, not ``1000``). Only the job itself may
+        name a job file: a string inside it ending in ``.yaml`` (a command's argument) stays a string."""
+        others = [field for field in self.template_fields if field != "job"]
+        self._do_render_template_fields(self, others, context, jinja_env or self.get_template_env(), set())
+        if self.job:
+            self.job = self._render_job(self.job, context)
+
+    def _template_env(self, *, native: bool) -> jinja2.Environment:
+        """The DAG's Jinja environment (its folder, searchpath, macros, filters), native or text."""
+        explicit = self.render_template_as_native_obj
+        self.render_template_as_native_obj = native
+        try:
+            return self.get_template_env(dag=self.get_dag())
+        finally:
+            self.render_template_as_native_obj = explicit
+
+    def _render_job(self, job: Any, context: Context) -> Any:
+        from airflow.sdk.definitions.context import render_template_as_native, render_template_to_string
+        from jinja2 import TemplateNotFound
+
+        if not isinstance(job, str):
+            text_env = self._template_env(native=False)
+
+            def text(value: Any) -> Any:
+                if isinstance(value, str):
+                    return render_template_to_string(text_env.from_string(value), context)
+                if isinstance(value, Mapping):
+                    return {key: text(item) for key, item in value.items()}
+                if isinstance(value, list | tuple):
+                    return [text(item) for item in value]
+                return value
+
+            return text(job)
+        env = self._template_env(native=True)
+        if not job.endswith(JOB_FILE_EXTENSIONS):
+            return render_template_as_native(env.from_string(job), context)
+        try:
+            template = env.get_template(job)
+        except TemplateNotFound:
+            searched = getattr(env.loader, "searchpath", [])
+            raise AirflowFailException(
+                f"Invalid job:\njob: no job file {job!r} beside the DAG or on its template_searchpath "
+                f"(searched {', '.join(map(str, searched)) or 'nothing'})"
+            ) from None
+        return render_template_as_native(template, context)
 
     # What to submit --------------------------------------------------------------------------------
 
@@ -371,18 +427,26 @@ def snapshot_of(job: JobRecord) -> JobSnapshot:
 
 
 def _as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:
+    """The job as a mapping: rendered text (a job file, ``| tojson``) is parsed as JSON, else as YAML."""
     if not isinstance(job, str):
-        return job
-    text = job.strip()
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
-        try:  # Jinja renders a dict from conf as its Python repr unless piped through tojson
-            document = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            raise AirflowFailException(
-                f"Invalid job: expected a JSON object, got {text[:200]!r}. Pass a dict, or render conf with `| tojson`."
-            ) from None
-    if not isinstance(document, Mapping):
-        raise AirflowFailException(f"Invalid job: expected an object, got {type(document).__name__}")
+        document: Any = job
+    else:
+        import yaml
+
+        text = job.strip()
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                document = yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise AirflowFailException(
+                    f"Invalid job:\njob: not valid JSON or YAML ({error}); got {text[:200]!r}. Pass a dict, "
+                    "a job file (.json, .yaml, .yml) beside the DAG, or its JSON or YAML text"
+                ) from None
+    if not isinstance(document, Mapping | JobSpec):
+        raise AirflowFailException(
+            "Invalid job:\njob: expected an object (a dict, or JSON or YAML text of one), "
+            f"got {type(document).__name__}"
+        )
     return document

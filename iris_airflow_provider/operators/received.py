@@ -5,7 +5,7 @@ its incarnation), waits for it in the triggerer, and ends as the job ends. It is
 cluster's operators, never the job's owner: nothing that happens to the task or its run (a kill, a
 reset of an orphaned task, a retry, a clear, mark failed, a scheduler failing over) ends the job.
 Only the parent that handed it over ends it, or an operator here explicitly, with Cancel on the
-Federation page or ``iris-federation cancel``.
+Federation page or ``airflow iris-federation cancel``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from airflow.sdk import BaseOperator
 from iris_airflow_provider.core.orphans import KillAction, kill_message
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
+from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
 from iris_airflow_provider.operators.federated import describe_record
 from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, FederationJobTrigger
 
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 
 class IrisReceivedJobOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_id", "nonce")
+    operator_extra_links = (FederationJobLink(),)
+    # Amber: a job another cluster handed over, mirrored here (the submitting operator is blue).
+    ui_color = "#fbe7c6"
+    ui_fgcolor = "#5c3b00"
 
     def __init__(
         self,
@@ -45,6 +50,9 @@ class IrisReceivedJobOperator(BaseOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Context) -> Any:
+        # The Federation link opens the job, while the task waits too (as the operator and sensor do).
+        context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=self.job_id)
+        context["ti"].xcom_push(key=FederationJobLink().xcom_key, value=job_url(self.job_id))
         job = get_federation(self.conn_id).start_received(self.job_id, self.nonce)
         self.log.info("Job %s, handed off by %s: %s", job.job_id, job.peer_id, describe_record(job))
         if job.terminal:

@@ -34,6 +34,9 @@ class IrisFederatedJobSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("job_id",)
     operator_extra_links = (FederationJobLink(),)
+    # The submitting operator's blue, lighter: it watches a job, it does not own one.
+    ui_color = "#eaf3fb"
+    ui_fgcolor = "#0b3d66"
 
     def __init__(
         self,

@@ -1,5 +1,5 @@
 """The peers and capacity read model: what the Federation page's peer table, its JSON API and
-``iris-federation list-peers`` show.
+``airflow iris-federation list-peers`` show.
 
 :func:`peers_overview` answers the seed's list-peers shape (``{"peers": [{"peer_id",
 "controller_address", "reachable", "last_contact_ms", "active_federated_jobs", "backends":

@@ -4,7 +4,6 @@ extends :class:`ClusterSettings` with the backends and peers to build."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -103,4 +102,7 @@ class ClusterSettings(StrictModel):
     def resolved_state_dir(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir
-        return Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow")) / "iris"
+        # Airflow's own answer (it expands ~ and $VARS in AIRFLOW_HOME), read when asked, not at import.
+        from airflow.configuration import get_airflow_home
+
+        return Path(get_airflow_home()) / "iris"

@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import TaskDeferred
 
 from iris_airflow_provider.core.orphans import KillAction
 from iris_airflow_provider.core.states import JobState
+from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
 from iris_airflow_provider.operators import received
 from iris_airflow_provider.operators.received import IrisReceivedJobOperator
 from iris_airflow_provider.store.store import FederationStore
@@ -35,6 +36,16 @@ def peer(tmp_path: Path, sqlite_store: FederationStore, monkeypatch: pytest.Monk
     stop_all_jobs(peer)
 
 
+class TaskInstance:
+    """What the runner task asks of its task instance: somewhere to push XCom."""
+
+    def __init__(self) -> None:
+        self.xcom: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcom[key] = value
+
+
 def runner_try() -> IrisReceivedJobOperator:
     with DAG(dag_id="iris_federation_runner", schedule=None):
         return IrisReceivedJobOperator(task_id="run", job_id=KEY, nonce="n1", poll_interval=0.05)
@@ -48,9 +59,11 @@ def test_killing_resetting_and_retrying_the_runner_task_never_ends_the_job(peer:
     }
     peer.handoff(spec=spec)
     for _ in range(3):  # a kill, an orphaned-task reset, a retry: each ends the try with on_kill()
-        task = runner_try()
+        task, ti = runner_try(), TaskInstance()
         with pytest.raises(TaskDeferred) as deferred:
-            task.execute({})
+            task.execute({"ti": ti})  # type: ignore[arg-type]
+        # The task's Federation link opens the job, while it waits too.
+        assert ti.xcom == {JOB_ID_XCOM_KEY: KEY, FederationJobLink().xcom_key: job_url(KEY)}
         assert deferred.value.trigger.kill_action is KillAction.IGNORE  # its trigger leaves the job alone too
         task.on_kill()
         job = peer.store.get_job(KEY)
@@ -58,4 +71,5 @@ def test_killing_resetting_and_retrying_the_runner_task_never_ends_the_job(peer:
     Path(gate).touch()
     assert peer.wait_until_finished().state is JobState.SUCCEEDED
     last = runner_try()
-    assert last.execute({}) == {"job_id": KEY, "requester": "marin", "state": "succeeded", "exit_code": 0}
+    result = last.execute({"ti": TaskInstance()})  # type: ignore[arg-type]
+    assert result == {"job_id": KEY, "requester": "marin", "state": "succeeded", "exit_code": 0}
