@@ -107,12 +107,18 @@ def gpu(count: int, command: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_a_gpu_job_runs_on_the_kubernetes_peer_and_the_run_succeeds(deployment, store, kube):
-    job = gpu(2, 'echo "training on $IRIS_DEVICE_VARIANT as replica $IRIS_REPLICA_INDEX"', replicas=2)
+    command = (
+        'echo "training on $IRIS_DEVICE_VARIANT as replica $IRIS_REPLICA_INDEX"'
+        '; echo "{\\"replica\\": $IRIS_REPLICA_INDEX, \\"loss\\": 0.25}" > "$IRIS_RESULT"'
+    )
+    job = gpu(2, command, replicas=2)
     run = deployment.trigger("e2e_job", {"job": job}, user="alice")
     assert deployment.wait_for_run("e2e_job", run, timeout=180) == "success"
     result = deployment.xcom("e2e_job", run, "run")
     assert (result["disposition"], result["peer_id"], result["backend_id"]) == ("queue", "cw-k8s", "default")
     assert (result["state"], result["exit_code"]) == ("succeeded", 0)
+    # What replica 0 wrote at $IRIS_RESULT came back from the cluster into the task's XCom.
+    assert result["result"] == {"replica": 0, "loss": 0.25}
     record = store.get_job(result["job_id"])
     assert record.state is JobState.SUCCEEDED and record.submitting_user == "alice"
     # It ran on the cluster: one Job, of this incarnation, whose two pods succeeded.
