@@ -52,30 +52,46 @@ class FederationPeerHook(BaseHook):
         return PeerEndpoint(url, conn.password or "")
 
     def test_connection(self) -> tuple[bool, str]:
-        """The UI's Test button: a signed heartbeat to the peer, as this cluster's placement makes."""
+        """The UI's Test button: a signed heartbeat to the peer, as this cluster's placement makes.
+
+        The peer is the configured Airflow peer using this connection, else the one at the same URL:
+        the button tests a copy of the form under a random connection id."""
         from iris_airflow_provider.hooks.runtime import cluster_config
 
         try:
             config = cluster_config()
-            peer = next(
-                (p for p in config.peers if isinstance(p, AirflowPeerConfig) and p.conn_id == self.iris_peer_conn_id),
-                None,
-            )
+            endpoint = self.endpoint()
+            peer = _configured_peer(config, self.iris_peer_conn_id, endpoint.url)
             if peer is None:
                 return False, (
-                    f"no Airflow peer of cluster {config.name} uses connection {self.iris_peer_conn_id}: "
-                    "add one to the cluster configuration (peers: [{id: <its cluster name>, kind: airflow, "
-                    f"conn_id: {self.iris_peer_conn_id}}}])"
+                    f"no Airflow peer of cluster {config.name} uses connection {self.iris_peer_conn_id} or is at "
+                    f"{endpoint.url}: add one to the cluster configuration (peers: [{{id: <its cluster name>, "
+                    "kind: airflow, conn_id: <this connection>}])"
                 )
             single = config.model_copy(update={"peers": [peer]})
-            client = build_peers(single, {peer.id: self.endpoint()})[peer.id]
+            client = build_peers(single, {peer.id: endpoint})[peer.id]
             backends = client.heartbeat()
         except Exception as error:  # the Test button shows any failure as its message
             return False, str(error)
-        return (
-            True,
-            f"peer {peer.id} answered with {len(backends)} backend(s): {', '.join(b.backend_id for b in backends)}",
-        )
+        names = ", ".join(b.backend_id for b in backends)
+        return True, f"peer {peer.id} answered with {len(backends)} backend(s): {names}"
+
+
+def _configured_peer(config: ClusterConfig, conn_id: str, url: str) -> AirflowPeerConfig | None:
+    peers = [p for p in config.peers if isinstance(p, AirflowPeerConfig)]
+    for peer in peers:
+        if peer.conn_id == conn_id:
+            return peer
+    for peer in peers:
+        if peer.url == url:
+            return peer
+        if peer.conn_id:
+            try:
+                if FederationPeerHook(peer.conn_id).endpoint().url == url:
+                    return peer
+            except Exception:  # another peer's connection missing or broken: not this one
+                continue
+    return None
 
 
 def peer_endpoints(config: ClusterConfig) -> dict[str, PeerEndpoint]:

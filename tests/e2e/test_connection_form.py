@@ -96,6 +96,26 @@ def test_the_api_server_serves_the_relabelled_store_form(request, discovery):
     ]
 
 
+def test_the_api_server_serves_the_peer_form_and_its_test_reaches_the_hook(lazy):
+    meta = lazy.api("GET", "/ui/connections/hook_meta").json()
+    (form,) = [entry for entry in meta if entry["connection_type"] == "irisfederationpeer"]
+    fields = form["standard_fields"]
+    assert form["hook_name"] == "Iris Federation Peer"
+    assert (fields["host"]["title"], fields["host"]["placeholder"]) == (
+        "Peer URL",
+        "https://airflow.cw-east.example.com",
+    )
+    assert fields["password"]["title"] == "This cluster's private key (Ed25519 PEM)"
+    assert all(fields[name]["hidden"] for name in ("url_schema", "login", "port"))
+    # The Test button's request runs the peer hook in the api-server: this deployment names no peer.
+    body = {"connection_id": "cw_east", "conn_type": "irisfederationpeer", "host": "https://cw-east.example.com"}
+    response = lazy.api("POST", "/api/v2/connections/test", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] is False
+    message = response.json()["message"]
+    assert message.startswith("no Airflow peer of cluster local uses connection ") and "https://cw-east" in message
+
+
 @pytest.mark.parametrize("discovery", ["lazy", "eager"])
 def test_the_plugin_is_registered_once_without_import_errors(request, discovery):
     deployment = request.getfixturevalue(discovery)

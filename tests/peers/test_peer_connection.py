@@ -72,7 +72,11 @@ def test_a_connection_no_peer_uses_is_named_with_the_remedy(monkeypatch: pytest.
     marin(monkeypatch)
     monkeypatch.setenv("AIRFLOW_CONN_SPARE", json.dumps({"conn_type": "irisfederationpeer", "host": "https://x"}))
     ok, message = FederationPeerHook("spare").test_connection()
-    assert not ok and message.startswith("no Airflow peer of cluster marin uses connection spare: add one")
+    assert not ok and message.startswith("no Airflow peer of cluster marin uses connection spare or is at https://x")
+    # The Test button tests a copy of the form under a random id: the peer is then found by its URL.
+    monkeypatch.setenv("AIRFLOW_CONN_CW_EAST", json.dumps({"conn_type": "irisfederationpeer", "host": "https://x"}))
+    ok, message = FederationPeerHook("spare").test_connection()
+    assert not ok and "is required to call the Airflow peer cw-east" in message  # found: now it needs marin's key
 
 
 def test_a_connection_without_a_host_is_refused_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
