@@ -7,7 +7,8 @@ Being the kubelet of one Node, it:
 - for each pod the scheduler binds to it: waits for its ConfigMap and Secret volumes (as
   ``ContainerCreating``), mounts them and its emptyDirs into the pod's directory, resolves its env
   (values, field refs, ConfigMap and Secret keys; a path under a mount is moved into the pod's
-  directory, where the mount is), runs each container's ``command + args`` there
+  directory, where the mount is; a name of a pod of the pod's ``subdomain`` becomes 127.0.0.1, see
+  below), runs each container's ``command + args`` there
   as a local process (the image is ignored) and publishes the pod's status: Running, then
   Succeeded or Failed with each container's exit code;
 - serves each container's output on the kubelet's log endpoint, which the API server proxies for
@@ -19,6 +20,15 @@ Being the kubelet of one Node, it:
         --label nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3 --port 10250 --tls-cert c --tls-key k \\
         --directory /tmp/h100-a --ready-file /tmp/h100-a.ready
 
+There is no cluster DNS here: an env value naming a pod of the pod's own ``subdomain`` (the headless
+Service of a multi-replica Job: ``<pod hostname>.<subdomain>``, also with ``.<namespace>.svc`` and
+``.cluster.local``, and an optional ``:port``) is rewritten to 127.0.0.1 (with that port) before the
+command starts, which is what that name would resolve to if every pod of the subdomain ran here as
+this node's processes. So replicas meet as on a cluster through ``MASTER_ADDR`` and
+``IRIS_COORDINATOR_ADDRESS``, only on loopback (only replica 0 listens, so they do not collide on a
+port); a name inside a longer value, or resolved by the program itself from elsewhere, is not
+rewritten, and a pod of the subdomain running on another (KWOK) node would not be reached.
+
 Not shipped in the package; no Airflow import.
 """
 
@@ -29,6 +39,7 @@ import base64
 import contextlib
 import datetime
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -288,7 +299,7 @@ class CommandNode:
             container.process = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env=_in_rootfs(self._env(pod, spec), spec, rootfs),
+                env=_subdomain_on_loopback(_in_rootfs(self._env(pod, spec), spec, rootfs), pod),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -512,6 +523,22 @@ def _in_rootfs(env: dict[str, str], spec: Any, rootfs: Path) -> dict[str, str]:
         mount = next((m for m in mounts if value == m or value.startswith(m + "/")), None)
         moved[name] = str(rootfs / value.lstrip("/")) if mount else value
     return moved
+
+
+def _subdomain_on_loopback(env: dict[str, str], pod: Any) -> dict[str, str]:
+    """``env`` with each value that names a pod of the pod's subdomain (``host.subdomain``, optionally
+    ``.namespace.svc[.cluster.local]``, optionally ``:port``) as 127.0.0.1 (keeping the port): the
+    address the name would have if those pods ran here, as this node runs them; no DNS serves it."""
+    subdomain = pod.spec.subdomain
+    if not subdomain:
+        return env
+    domain = rf"{re.escape(subdomain)}(\.{re.escape(pod.metadata.namespace)}(\.svc(\.cluster\.local)?)?)?"
+    pod_name = re.compile(rf"[a-z0-9]([-a-z0-9]*[a-z0-9])?\.{domain}\.?(?P<port>:[0-9]+)?")
+    rewritten = {}
+    for name, value in env.items():
+        match = pod_name.fullmatch(value)
+        rewritten[name] = "127.0.0.1" + (match.group("port") or "") if match else value
+    return rewritten
 
 
 def _field(pod: Any, path: str) -> str:

@@ -128,6 +128,26 @@ def job_identity_env(job_id: str, nonce: str, replicas: int, backend_id: str) ->
     }
 
 
+# torch.distributed's default ``MASTER_PORT``: where replica 0 listens unless a backend picks another.
+DEFAULT_COORDINATOR_PORT = 29500
+# The names that carry a replica's own rank: the same number under each launcher's name.
+RANK_ENV = ("IRIS_REPLICA_INDEX", "RANK", "NODE_RANK")
+
+
+def rendezvous_env(coordinator_host: str, coordinator_port: int, replicas: int) -> dict[str, str]:
+    """What a launcher needs to bring a job's replicas together, the same for every replica: where
+    replica 0 listens (``IRIS_COORDINATOR_ADDRESS`` for ``jax.distributed.initialize``, ``MASTER_ADDR``
+    and ``MASTER_PORT`` for torch.distributed) and how many there are (``WORLD_SIZE``: one process per
+    replica; a launcher starting several per replica counts them itself from ``IRIS_NUM_REPLICAS``).
+    Each replica's rank is set alongside, under every name of ``RANK_ENV``."""
+    return {
+        "IRIS_COORDINATOR_ADDRESS": f"{coordinator_host}:{coordinator_port}",
+        "MASTER_ADDR": coordinator_host,
+        "MASTER_PORT": str(coordinator_port),
+        "WORLD_SIZE": str(replicas),
+    }
+
+
 def read_result_file(path: Path) -> str | None:
     """The result a replica left at ``path`` (see ``core/job_result.py``): None when it wrote none,
     else its canonical JSON text; ResultError when it is too large or not JSON. Reads at most one

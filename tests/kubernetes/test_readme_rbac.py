@@ -36,6 +36,7 @@ PERMISSIONS = [
     ("Role", "batch", "jobs", "delete"),
     ("Role", "", "pods/log", "get"),
     ("Role", "", "configmaps", "create"),
+    ("Role", "", "services", "create"),
 ]
 
 
@@ -85,13 +86,13 @@ def test_the_permissions_listed_here_are_the_readmes() -> None:
 
 
 def exercise(backend: KubernetesBackend) -> None:
-    """What a peer asks of its backend: a heartbeat, a job with files run to the end and its output
-    read, another started and cancelled."""
+    """What a peer asks of its backend: a heartbeat, a job of two replicas (a rendezvous Service) with
+    files run to the end and its output read, another started and cancelled."""
     backend.describe()
-    done = job("cat greeting.txt", files={"greeting.txt": "hello\n"})
+    done = job("cat greeting.txt", files={"greeting.txt": "hello\n"}, replicas=2)
     backend.submit(submission(done))
     wait_state(backend, done.job_id, JobState.SUCCEEDED, timeout=60)
-    assert backend.logs(done.job_id).lines == ("[replica 0] hello",)
+    assert backend.logs(done.job_id).lines == ("[replica 0] hello", "[replica 1] hello")
     running = job("sleep 300")
     backend.submit(submission(running))
     wait_state(backend, running.job_id, JobState.RUNNING, timeout=60)
@@ -129,17 +130,17 @@ def test_each_permission_of_the_readme_is_needed(
         # The API server's own words, relayed: the service account, the verb and the resource.
         message = str(failed.value)
         assert f'cannot {verb} resource "{resource}"' in message, message
-        if resource == "configmaps":  # the Job made before its files was taken back: nothing half-made
+        if resource in ("configmaps", "services"):  # the Job made before them was taken back: nothing half-made
             jobs = client.BatchV1Api(admin).list_namespaced_job(namespace, label_selector=JOB_KEY_LABEL)
             assert [j for j in jobs.items if j.metadata.deletion_timestamp is None] == []
 
 
-def job(command: str, **extra: Any) -> Any:
+def job(command: str, replicas: int = 1, **extra: Any) -> Any:
     return parse_job(
         {
             "job_id": f"/alice/rbac-{uuid.uuid4().hex[:8]}",
             "command": command,
-            "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}},
+            "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}, "replicas": replicas},
             **extra,
         }
     )

@@ -152,6 +152,11 @@ class KubeApi:
         create = core.create_namespaced_secret if manifest["kind"] == "Secret" else core.create_namespaced_config_map
         create(self.namespace, manifest, _request_timeout=self.request_timeout)
 
+    def create_service(self, manifest: dict[str, Any]) -> None:
+        self.hook.core_v1_client.create_namespaced_service(
+            self.namespace, manifest, _request_timeout=self.request_timeout
+        )
+
     def pods(self, selector: str) -> list[Any]:
         return self.list_all(
             self.hook.core_v1_client.list_namespaced_pod, namespace=self.namespace, label_selector=selector

@@ -6,7 +6,8 @@ Reached through an Airflow connection of type ``kubernetes`` (the cncf-kubernete
 - **Capacity** (the heartbeat) comes from nodes and pods, through the pure
   :func:`~iris_airflow_provider.backends.kubernetes.capacity.cluster_capacity`.
 - **A job** is an Indexed Job built by ``manifests.py``; workdir files travel in a ConfigMap (or
-  Secret) owned by the Job; a job whose files do not fit is refused.
+  Secret) owned by the Job; a job whose files do not fit is refused. A job of several replicas gets
+  a headless Service owned by the Job, naming its pods for the rendezvous (``manifests.py``).
 - **Creating is idempotent by nonce**: the Job name is derived from the job id, so the API server
   itself makes two creates of one job collide; the same nonce is a replay, another live one is
   ``already exists``, a finished one is replaced.
@@ -31,6 +32,7 @@ from iris_airflow_provider.backends.base import (
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
+    DEFAULT_COORDINATOR_PORT,
     advertised_attributes,
     now_ms,
 )
@@ -98,6 +100,7 @@ class KubernetesBackend:
         files_in: str = "configmap",
         max_files_bytes: int = 1_000_000,
         ttl_seconds_after_finished: int | None = None,
+        coordinator_port: int = DEFAULT_COORDINATOR_PORT,
         request_timeout_seconds: float = 20,
         clock: Callable[[], int] | None = None,
     ) -> None:
@@ -131,6 +134,7 @@ class KubernetesBackend:
             env=self.env,
             files_in=files_in,
             ttl_seconds_after_finished=ttl_seconds_after_finished,
+            coordinator_port=coordinator_port,
         )
         self.clock = clock or now_ms
         self._warned_classes: frozenset[str] = frozenset()
@@ -201,7 +205,7 @@ class KubernetesBackend:
                             f"Kubernetes refused the Job for {submission.job_id}: {api_message(error)}"
                         ) from error
                     raise
-                self._ensure_files(created, submission)
+                self._ensure_owned(created, submission)
                 return SubmitOutcome(job_report(created, [], self.backend_id))
         raise KubernetesUnavailableError(
             f"backend {self.backend_id}: the Job {name} of {submission.job_id} keeps changing under us; will retry"
@@ -217,7 +221,7 @@ class KubernetesBackend:
                 f"{annotations.get(JOB_ID_ANNOTATION) or 'something else'}, not {submission.job_id}"
             )
         if annotations.get(NONCE_ANNOTATION) == submission.nonce:
-            self._ensure_files(existing, submission)
+            self._ensure_owned(existing, submission)
             return SubmitOutcome(job_report(existing, self._pods(existing), self.backend_id), replay=True)
         if existing.metadata.deletion_timestamp is None and not finished(existing):
             raise AlreadyExistsError(
@@ -264,24 +268,34 @@ class KubernetesBackend:
         values = tuple(self.policy.label_values_of(device.variant, nodes))
         return JobPlacement(device.variant, self.policy.variant_label, values)
 
-    def _ensure_files(self, job: Any, submission: Submission) -> None:
-        if not submission.spec.files:
-            return
+    def _ensure_owned(self, job: Any, submission: Submission) -> None:
+        """Create what the Job needs beside it, owned by it (so it goes with it): its files, and for
+        several replicas the headless Service they meet through. Made after the Job (the owner
+        reference needs its uid); on a replay, whatever the first attempt did not get to."""
         from kubernetes.client.exceptions import ApiException
 
-        try:
-            self.api.create_files(self.template.files_manifest(job, submission, self.api.namespace))
-        except ApiException as error:
-            if error_status(error) == 409:
-                return  # a replay after the first attempt got this far
-            # Without its files the Job would wait forever: take it back, so a retry starts clean.
-            with contextlib.suppress(ApiException):
-                self.api.delete_job(job, "Background")
-            if error_status(error) in (400, 422):
-                raise SubmissionRefusedError(
-                    f"Kubernetes refused the files of {submission.job_id}: {api_message(error)}"
-                ) from error
-            raise
+        namespace = self.api.namespace
+        needed: list[tuple[str, Callable[[dict[str, Any]], None], dict[str, Any]]] = []
+        if submission.spec.files:
+            needed.append(("files", self.api.create_files, self.template.files_manifest(job, submission, namespace)))
+        if submission.spec.resources.replicas > 1:
+            service = self.template.service_manifest(job, submission, namespace)
+            needed.append(("rendezvous Service", self.api.create_service, service))
+        for what, create, manifest in needed:
+            try:
+                create(manifest)
+            except ApiException as error:
+                if error_status(error) == 409:
+                    continue  # a replay after the first attempt got this far
+                # Without its files the Job would wait forever, without its Service its replicas would
+                # never meet: take it back, so a retry starts clean.
+                with contextlib.suppress(ApiException):
+                    self.api.delete_job(job, "Background")
+                if error_status(error) in (400, 422):
+                    raise SubmissionRefusedError(
+                        f"Kubernetes refused the {what} of {submission.job_id}: {api_message(error)}"
+                    ) from error
+                raise
 
     # Status, cancel, logs ----------------------------------------------------------------------
 

@@ -61,6 +61,9 @@ class KubernetesBackendConfig(StrictModel):
     files_in: Literal["configmap", "secret"] = Field(default="configmap", description="how workdir files travel")
     max_files_bytes: int = Field(default=1_000_000, ge=1, le=1_048_576, description="a ConfigMap/Secret holds 1 MiB")
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
+    coordinator_port: int = Field(
+        default=29500, ge=1, le=65535, description="where replica 0 listens for the others (MASTER_PORT)"
+    )
     request_timeout_seconds: float = Field(default=20, gt=0)
 
     _check_id = field_validator("id")(check_name)

@@ -8,6 +8,10 @@
   the job's variant.
 - **Its files**: a ConfigMap (or Secret) owned by the Job, mounted file by file into a writable
   ``/iris/workdir``.
+- **Its rendezvous** (``replicas > 1``): a headless Service owned by the Job, selecting its pods,
+  named by the pods' ``subdomain``: each pod then resolves as ``<job name>-<index>.<service>``
+  (an Indexed Job's pods are named hosts), and every replica is told replica 0's
+  (``rendezvous_env``), with its own rank from the completion index.
 - **Its result**: an emptyDir at ``/iris/result`` for ``$IRIS_RESULT``, and the command wrapped so
   that the result reaches the log (``results.py``).
 
@@ -23,7 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from iris_airflow_provider.backends.base import Submission, job_identity_env
+from iris_airflow_provider.backends.base import (
+    DEFAULT_COORDINATOR_PORT,
+    RANK_ENV,
+    Submission,
+    job_identity_env,
+    rendezvous_env,
+)
 from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
 from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_PATH, RESULT_VOLUME, wrapped_command
 from iris_airflow_provider.core.bands import Band
@@ -72,6 +82,19 @@ def files_object_name(name: str, nonce: str) -> str:
     return f"{name}-files-{hashlib.sha1(nonce.encode()).hexdigest()[:8]}"
 
 
+def rendezvous_service_name(name: str, nonce: str) -> str:
+    """The headless Service of a multi-replica Job (and its pods' ``subdomain``): a DNS label of at
+    most 61 characters, per incarnation, as the files (a replaced Job's may still be going)."""
+    return f"{name}-{hashlib.sha1(nonce.encode()).hexdigest()[:8]}"
+
+
+def coordinator_host(name: str, nonce: str, replicas: int) -> str:
+    """Where replica 0 is reached: its stable hostname (``<job name>-0``, which the Job controller
+    gives an Indexed Job's pod) under the Service, resolved through the namespace's search domain;
+    a job of one replica is its own coordinator."""
+    return f"{name}-0.{rendezvous_service_name(name, nonce)}" if replicas > 1 else "127.0.0.1"
+
+
 def pod_selector(job: Any) -> str:
     """This incarnation's pods (a replaced incarnation's may still be terminating)."""
     labels = job.metadata.labels or {}
@@ -99,6 +122,7 @@ class JobTemplate:
     env: Mapping[str, str] = field(default_factory=dict)
     files_in: str = "configmap"  # or "secret"
     ttl_seconds_after_finished: int | None = None
+    coordinator_port: int = DEFAULT_COORDINATOR_PORT  # where replica 0 listens (MASTER_PORT)
 
     def job_manifest(self, submission: Submission, placement: JobPlacement, namespace: str) -> dict[str, Any]:
         """The batch/v1 Job for one incarnation."""
@@ -136,6 +160,8 @@ class JobTemplate:
         volumes: list[dict[str, Any]] = [{"name": RESULT_VOLUME, "emptyDir": {}}]
         container["volumeMounts"] = [{"name": RESULT_VOLUME, "mountPath": RESULT_DIR}]
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
+        if replicas > 1:  # stable per-replica hostnames, through the headless Service of that name
+            pod_spec["subdomain"] = rendezvous_service_name(name, submission.nonce)
         priority_class = self.priority_classes.get(spec.priority_band)
         if priority_class:
             pod_spec["priorityClassName"] = priority_class
@@ -182,18 +208,26 @@ class JobTemplate:
         }
 
     def environment(self, submission: Submission, placement: JobPlacement) -> list[dict[str, Any]]:
-        """The container's env: the backend's defaults, the ``IRIS_*`` identity, then the job's own (it wins)."""
+        """The container's env: the backend's defaults, the ``IRIS_*`` identity and the rendezvous,
+        then the job's own (it wins; the job model refuses ``IRIS_*`` names); each replica's rank is
+        its completion index, under every name of ``RANK_ENV`` the job did not set itself."""
         spec = submission.spec
+        replicas = spec.resources.replicas
+        host = coordinator_host(job_name(submission.job_id), submission.nonce, replicas)
         values = dict(self.env)
-        values.update(job_identity_env(spec.job_id, submission.nonce, spec.resources.replicas, self.backend_id))
+        values.update(job_identity_env(spec.job_id, submission.nonce, replicas, self.backend_id))
+        values.update(rendezvous_env(host, self.coordinator_port, replicas))
         values[RESULT_ENV] = RESULT_PATH
         if placement.variant:
             values["IRIS_DEVICE_VARIANT"] = placement.variant
         values.update(spec.env)
         env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
-        if "IRIS_REPLICA_INDEX" not in values:
-            field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
-            env.append({"name": "IRIS_REPLICA_INDEX", "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
+        field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
+        env += [
+            {"name": rank, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+            for rank in RANK_ENV
+            if rank not in values
+        ]
         return env
 
     def files_manifest(self, job: Any, submission: Submission, namespace: str) -> dict[str, Any]:
@@ -210,18 +244,10 @@ class JobTemplate:
                 binary[key] = base64.b64encode(raw).decode()
             else:
                 data[key] = text
-        labels = {k: v for k, v in (job.metadata.labels or {}).items() if k != QUEUE_LABEL}
         manifest: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret" if self.files_in == "secret" else "ConfigMap",
-            "metadata": {
-                "name": files_object_name(job.metadata.name, submission.nonce),
-                "namespace": namespace,
-                "labels": labels,
-                "ownerReferences": [
-                    {"apiVersion": "batch/v1", "kind": "Job", "name": job.metadata.name, "uid": job.metadata.uid}
-                ],
-            },
+            "metadata": owned_metadata(job, files_object_name(job.metadata.name, submission.nonce), namespace),
         }
         if self.files_in == "secret":
             manifest["data"] = binary
@@ -231,6 +257,36 @@ class JobTemplate:
             if binary:
                 manifest["binaryData"] = binary
         return manifest
+
+
+    def service_manifest(self, job: Any, submission: Submission, namespace: str) -> dict[str, Any]:
+        """The headless Service of a multi-replica Job, owned by it: it selects this incarnation's pods
+        (ready or not: replicas meet before any readiness), and gives each a DNS name under the
+        ``subdomain`` the pods name it by."""
+        labels = job.metadata.labels or {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": owned_metadata(job, rendezvous_service_name(job.metadata.name, submission.nonce), namespace),
+            "spec": {
+                "clusterIP": "None",
+                "selector": {key: labels.get(key, "") for key in (JOB_KEY_LABEL, NONCE_LABEL)},
+                "publishNotReadyAddresses": True,
+                "ports": [{"name": "coordinator", "port": self.coordinator_port, "protocol": "TCP"}],
+            },
+        }
+
+
+def owned_metadata(job: Any, name: str, namespace: str) -> dict[str, Any]:
+    """The metadata of an object that lives and goes with ``job`` (garbage-collected with it)."""
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {k: v for k, v in (job.metadata.labels or {}).items() if k != QUEUE_LABEL},
+        "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": job.metadata.name, "uid": job.metadata.uid}
+        ],
+    }
 
 
 def resources(spec: JobSpec) -> dict[str, dict[str, str]]:

@@ -33,9 +33,11 @@ from iris_airflow_provider.backends.base import (
     SubmissionRefusedError,
     SubmitOutcome,
     advertised_attributes,
+    RANK_ENV,
     job_identity_env,
     now_ms,
     read_result_file,
+    rendezvous_env,
 )
 from iris_airflow_provider.backends.process import processes
 from iris_airflow_provider.backends.process.logs import read_logs
@@ -225,15 +227,22 @@ class ProcessBackend:
         finished = job.state in FINISHED
         return read_logs(job.directory, job.record.replicas, finished=finished, cursor=cursor, max_lines=max_lines)
 
-    def environment(self, job: JobFile, replica: int, devices: Mapping[str, list[int]]) -> dict[str, str]:
-        """A replica's environment: a clean base, the backend's defaults, the job's own env (it wins
-        over the defaults), then what says which job, replica and devices this is, which nothing
-        overrides: a job that set them could pass for another or use devices it was not given (the
-        job model refuses ``IRIS_*`` names in a job's env; ``CUDA_VISIBLE_DEVICES`` is the slots)."""
+    def environment(
+        self, job: JobFile, replica: int, devices: Mapping[str, list[int]], coordinator_port: int
+    ) -> dict[str, str]:
+        """A replica's environment: a clean base, the backend's defaults, the rendezvous on loopback
+        (replica 0 listens on ``coordinator_port``, one the supervisor found free for this run), the
+        job's own env (it wins over those: a job may pick its own ``MASTER_PORT``), then what says
+        which job, replica and devices this is, which nothing overrides: a job that set them could
+        pass for another or use devices it was not given (the job model refuses ``IRIS_*`` names in a
+        job's env; ``CUDA_VISIBLE_DEVICES`` is the slots)."""
         env = processes.base_environment()
         env.update(self.env)
+        env.update(rendezvous_env("127.0.0.1", coordinator_port, job.replicas))
+        env.update(dict.fromkeys(RANK_ENV, str(replica)))
         env.update(job.env)
         env.update(job_identity_env(job.spec["job_id"], job.nonce, job.replicas, self.backend_id))
+        env["IRIS_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
         env["IRIS_REPLICA_INDEX"] = str(replica)
         env[RESULT_ENV] = str(self._directory(job.job_id) / result_file_name(replica))
         per_replica = job.devices_per_replica

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,15 @@ KILL_PASSES = 50
 def base_environment() -> dict[str, str]:
     """The part of this process's environment a job may start from."""
     return {key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick), as torch's launcher finds one: another
+    process could take it before the job binds it, which the job then reports as a failure to listen."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def spawn_supervisor(state_dir: Path, job_directory: str) -> int:

@@ -71,13 +71,15 @@ def supervise(state_dir: Path, job_directory: str) -> None:
     children: dict[int, subprocess.Popen[bytes]] = {}
     if not command:
         error, exit_codes = "The job has no command to run", [127] * replicas
+    # Where replica 0 listens for the others (MASTER_PORT): free now, on loopback, for this run.
+    coordinator_port = processes.free_loopback_port()
     for index in range(replicas if command else 0):
         with (directory / f"replica-{index}.log").open("ab") as output:
             try:
                 children[index] = subprocess.Popen(
                     command,
                     cwd=directory / "workdir",
-                    env=backend.environment(job, index, devices),
+                    env=backend.environment(job, index, devices, coordinator_port),
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,

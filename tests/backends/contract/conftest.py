@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from devtools.kube_cluster import KubeCluster
-from iris_airflow_provider.backends.base import Backend
+from devtools.kube_cluster import KubeCluster, free_port
+from iris_airflow_provider.backends.base import DEFAULT_COORDINATOR_PORT, Backend
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, KubernetesBackend, job_key, job_name
 from iris_airflow_provider.backends.process.backend import ProcessBackend, job_directory_name
 from iris_airflow_provider.core.bands import Band, parse_band
@@ -48,6 +48,8 @@ class Target:
     conn_id: str = "iris_kube_contract"
     state_dir: Path | None = None  # the process backend's
     slots: int = 8  # the process backend's device slots of the variant
+    # Where replica 0 of a Kubernetes job listens: the control plane's pods share this machine's ports.
+    coordinator_port: int = DEFAULT_COORDINATOR_PORT
 
     @property
     def kubernetes(self) -> bool:
@@ -70,6 +72,7 @@ class Target:
             variant_values=variant_values,
             image=self.image,
             attributes={"region": ["test"]},
+            coordinator_port=self.coordinator_port,
         )
 
     def node_selector(self) -> dict[str, str]:
@@ -119,6 +122,7 @@ def kube_target(real_kube: KubeCluster) -> Iterator[Target]:
                     variant_label=PRODUCT,
                     variant_value=H100,
                     exclusive=True,
+                    coordinator_port=free_port(),
                 )
     finally:
         for node in nodes:

@@ -5,7 +5,8 @@ Scenarios: the heartbeat in the seed's shape, counting running work per band (on
 from a mix of gated, admitted, finished and unknown-class pods); delivering twice with one nonce
 creates one incarnation; a job running to success and to failure with its exit code mirrored;
 cancel stops it; refusals name the reason; a backend full of batch work still takes an interactive
-job when bands allow. Where backends legitimately differ, the scenario says why.
+job when bands allow; the two replicas of a job find each other through the rendezvous environment
+(on Kubernetes through the Job's headless Service, admitted by Kueue as one gang). Where backends legitimately differ, the scenario says why.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from iris_airflow_provider.backends.base import (
     Submission,
     SubmissionRefusedError,
 )
-from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, job_key
+from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, job_key, job_name
+from iris_airflow_provider.backends.kubernetes.manifests import NONCE_LABEL, rendezvous_service_name
 from iris_airflow_provider.backends.kubernetes.capacity import UNATTRIBUTED_BAND, KubernetesAvailability
 from iris_airflow_provider.core.availability import PeerState
 from iris_airflow_provider.core.bands import Band
@@ -386,6 +388,112 @@ def test_a_peer_full_of_batch_work_still_takes_an_interactive_job(target, backen
     assert (finished.state, finished.exit_code) == (JobState.SUCCEEDED, 0)
     assert JobState.PENDING in seen
     assert backend.logs(interactive.job_id).lines == ("[replica 0] interactive ran",)
+
+
+# A plain TCP rendezvous, as torch.distributed's store does it (torch itself is too heavy for CI):
+# replica 0 listens on MASTER_PORT, every other replica connects to MASTER_ADDR, and they swap ranks.
+RENDEZVOUS = """\
+import os, socket, time
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+assert os.environ["IRIS_COORDINATOR_ADDRESS"] == f"{host}:{port}", os.environ["IRIS_COORDINATOR_ADDRESS"]
+assert os.environ["NODE_RANK"] == os.environ["IRIS_REPLICA_INDEX"] == str(rank)
+assert os.environ["IRIS_NUM_REPLICAS"] == str(world)
+if rank == 0:
+    met = []
+    with socket.create_server(("", port)) as server:
+        server.settimeout(50)
+        for _ in range(world - 1):
+            connection, _ = server.accept()
+            with connection:
+                met.append(int(connection.makefile().readline()))
+                connection.sendall(b"0\\n")
+    print(f"rank 0 of {world} met ranks {sorted(met)}", flush=True)
+else:
+    deadline = time.monotonic() + 50
+    while True:  # replica 0 may not listen yet (and on a cluster, its name may not resolve yet)
+        try:
+            connection = socket.create_connection((host, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    with connection:
+        connection.sendall(f"{rank}\\n".encode())
+        peer = connection.makefile().readline().strip()
+    print(f"rank {rank} of {world} met rank {peer}", flush=True)
+"""
+
+
+def test_two_replicas_rendezvous_through_the_coordinator_address(target, backend):
+    """A multi-node job's replicas meet: replica 0 listens where every replica is told it is. On the
+    process backend that is a port of loopback found free for the run; on Kubernetes it is replica 0's
+    stable hostname under the Job's headless Service (the command node here resolves it to loopback:
+    no cluster DNS), and Kueue admits the two pods as one workload. The image needs Python."""
+    spec = job(target, "python3 rendezvous.py", replicas=2, files={"rendezvous.py": RENDEZVOUS}, image="python:3.12")
+    submitted = backend.submit(submission(spec))
+    report = wait_state(backend, spec.job_id, JobState.SUCCEEDED, JobState.FAILED)
+    lines = backend.logs(spec.job_id).lines
+    assert (report.state, report.error) == (JobState.SUCCEEDED, ""), lines
+    assert [(r.index, r.state, r.exit_code) for r in report.replicas] == [
+        (0, JobState.SUCCEEDED, 0),
+        (1, JobState.SUCCEEDED, 0),
+    ]
+    assert lines == ("[replica 0] rank 0 of 2 met ranks [1]", "[replica 1] rank 1 of 2 met rank 0")
+    if not target.kubernetes:
+        return
+    # The names behind it: one headless Service owned by the Job, selecting this incarnation's pods,
+    # which the pods name as their subdomain, each pod under its stable hostname.
+    name, nonce = job_name(spec.job_id), submitted.report.nonce
+    the_job = client.BatchV1Api(target.admin).read_namespaced_job(name, target.namespace)
+    services = core(target).list_namespaced_service(
+        target.namespace, label_selector=f"{JOB_KEY_LABEL}={job_key(spec.job_id)}"
+    )
+    [service] = services.items
+    assert service.metadata.name == rendezvous_service_name(name, nonce)
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+    assert service.spec.selector == {JOB_KEY_LABEL: job_key(spec.job_id), NONCE_LABEL: nonce}
+    assert [(o.kind, o.name, o.uid) for o in service.metadata.owner_references] == [
+        ("Job", name, the_job.metadata.uid)
+    ]
+    pods = core(target).list_namespaced_pod(target.namespace, label_selector=f"{JOB_KEY_LABEL}={job_key(spec.job_id)}")
+    by_index = {int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"]): p for p in pods.items}
+    assert sorted(by_index) == [0, 1]
+    assert [(by_index[i].spec.hostname, by_index[i].spec.subdomain) for i in (0, 1)] == [
+        (f"{name}-0", service.metadata.name),
+        (f"{name}-1", service.metadata.name),
+    ]
+    env = {e.name: e.value for e in by_index[1].spec.containers[0].env if e.value is not None}
+    coordinator = f"{name}-0.{service.metadata.name}"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"]) == (
+        coordinator,
+        str(target.coordinator_port),
+        "2",
+    )
+    assert env["IRIS_COORDINATOR_ADDRESS"] == f"{coordinator}:{target.coordinator_port}"
+    if target.queue_name:  # Kueue admitted the Job as one gang: one Workload of both pods
+        workloads = client.CustomObjectsApi(target.admin).list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", target.namespace, "workloads"
+        )
+        ours = [
+            w
+            for w in workloads["items"]
+            if any(o["uid"] == the_job.metadata.uid for o in w["metadata"].get("ownerReferences", []))
+        ]
+        assert len(ours) == 1, [w["metadata"]["name"] for w in ours]
+        [workload] = ours
+        assert [p["count"] for p in workload["spec"]["podSets"]] == [2]
+        assert [a["count"] for a in workload["status"]["admission"]["podSetAssignments"]] == [2]
+        conditions = {c["type"]: c["status"] for c in workload["status"]["conditions"]}
+        assert conditions.get("Admitted") == "True" and conditions.get("Finished") == "True", conditions
+    # The Service goes with its Job (garbage-collected through its owner reference).
+    client.BatchV1Api(target.admin).delete_namespaced_job(name, target.namespace, propagation_policy="Background")
+    wait_for(
+        lambda: not core(target).list_namespaced_service(target.namespace, label_selector=f"{NONCE_LABEL}={nonce}").items,
+        "the rendezvous Service to be garbage-collected with its Job",
+    )
 
 
 def _spec(target: Target, variant: str, gpus: int) -> JobSpec:
