@@ -117,7 +117,9 @@ def test_each_replica_gets_its_own_device_slots_and_its_output_is_logged(state_d
     backend = gpu_backend(state_dir, 8)
     command = (
         'echo "replica=$IRIS_REPLICA_INDEX of $IRIS_NUM_REPLICAS cuda=$CUDA_VISIBLE_DEVICES '
-        'slots=$IRIS_DEVICE_SLOTS variant=$IRIS_DEVICE_VARIANT job=$IRIS_JOB_ID backend=$IRIS_BACKEND_ID"'
+        "slots=$IRIS_DEVICE_SLOTS variant=$IRIS_DEVICE_VARIANT job=$IRIS_JOB_ID backend=$IRIS_BACKEND_ID "
+        "rank=$RANK node_rank=$NODE_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT "
+        'coordinator=$IRIS_COORDINATOR_ADDRESS"'
     )
     outcome = submit(backend, job_spec("/alice/multi", command, gpus=2, replicas=3))
     assert not outcome.replay
@@ -128,12 +130,18 @@ def test_each_replica_gets_its_own_device_slots_and_its_output_is_logged(state_d
     lines = sorted(log_lines(backend, "/alice/multi"))
     assert len(lines) == 3
     slots = []
+    coordinators = set()
     for index, line in enumerate(lines):
         assert line.startswith(f"[replica {index}] replica={index} of 3 cuda=")
         assert "variant=h100 job=/alice/multi backend=gpu" in line
         fields = dict(part.split("=", 1) for part in line.split("] ", 1)[1].split() if "=" in part)
         assert fields["cuda"] == fields["slots"]
         slots.append([int(s) for s in fields["slots"].split(",")])
+        # The rendezvous: each replica's rank under every launcher's name, replica 0 on loopback.
+        assert (fields["rank"], fields["node_rank"], fields["world"]) == (str(index), str(index), "3")
+        assert fields["master"] == fields["coordinator"] and fields["master"].startswith("127.0.0.1:")
+        coordinators.add(fields["coordinator"])
+    assert len(coordinators) == 1 and int(coordinators.pop().split(":")[1]) > 0
     assert all(len(s) == 2 for s in slots)
     assert len({s for replica in slots for s in replica}) == 6  # no slot handed out twice
     assert all(0 <= s < 8 for replica in slots for s in replica)

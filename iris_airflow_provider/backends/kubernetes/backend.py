@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from iris_airflow_provider.backends.base import (
+    DEFAULT_COORDINATOR_PORT,
     AlreadyExistsError,
     InsufficientCapacityError,
     JobReport,
@@ -32,7 +33,6 @@ from iris_airflow_provider.backends.base import (
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
-    DEFAULT_COORDINATOR_PORT,
     advertised_attributes,
     now_ms,
 )

@@ -258,7 +258,6 @@ class JobTemplate:
                 manifest["binaryData"] = binary
         return manifest
 
-
     def service_manifest(self, job: Any, submission: Submission, namespace: str) -> dict[str, Any]:
         """The headless Service of a multi-replica Job, owned by it: it selects this incarnation's pods
         (ready or not: replicas meet before any readiness), and gives each a DNS name under the

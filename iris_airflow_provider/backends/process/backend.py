@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from iris_airflow_provider.backends.base import (
+    RANK_ENV,
     AlreadyExistsError,
     InsufficientCapacityError,
     JobReport,
@@ -33,7 +34,6 @@ from iris_airflow_provider.backends.base import (
     SubmissionRefusedError,
     SubmitOutcome,
     advertised_attributes,
-    RANK_ENV,
     job_identity_env,
     now_ms,
     read_result_file,

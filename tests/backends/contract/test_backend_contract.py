@@ -6,7 +6,8 @@ from a mix of gated, admitted, finished and unknown-class pods); delivering twic
 creates one incarnation; a job running to success and to failure with its exit code mirrored;
 cancel stops it; refusals name the reason; a backend full of batch work still takes an interactive
 job when bands allow; the two replicas of a job find each other through the rendezvous environment
-(on Kubernetes through the Job's headless Service, admitted by Kueue as one gang). Where backends legitimately differ, the scenario says why.
+(on Kubernetes through the Job's headless Service, admitted by Kueue as one gang). Where backends
+legitimately differ, the scenario says why.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from iris_airflow_provider.backends.base import (
     SubmissionRefusedError,
 )
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, job_key, job_name
-from iris_airflow_provider.backends.kubernetes.manifests import NONCE_LABEL, rendezvous_service_name
 from iris_airflow_provider.backends.kubernetes.capacity import UNATTRIBUTED_BAND, KubernetesAvailability
+from iris_airflow_provider.backends.kubernetes.manifests import NONCE_LABEL, rendezvous_service_name
 from iris_airflow_provider.core.availability import PeerState
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.model import JobSpec, parse_job
@@ -455,9 +456,7 @@ def test_two_replicas_rendezvous_through_the_coordinator_address(target, backend
     assert service.metadata.name == rendezvous_service_name(name, nonce)
     assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
     assert service.spec.selector == {JOB_KEY_LABEL: job_key(spec.job_id), NONCE_LABEL: nonce}
-    assert [(o.kind, o.name, o.uid) for o in service.metadata.owner_references] == [
-        ("Job", name, the_job.metadata.uid)
-    ]
+    assert [(o.kind, o.name, o.uid) for o in service.metadata.owner_references] == [("Job", name, the_job.metadata.uid)]
     pods = core(target).list_namespaced_pod(target.namespace, label_selector=f"{JOB_KEY_LABEL}={job_key(spec.job_id)}")
     by_index = {int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"]): p for p in pods.items}
     assert sorted(by_index) == [0, 1]
@@ -491,7 +490,9 @@ def test_two_replicas_rendezvous_through_the_coordinator_address(target, backend
     # The Service goes with its Job (garbage-collected through its owner reference).
     client.BatchV1Api(target.admin).delete_namespaced_job(name, target.namespace, propagation_policy="Background")
     wait_for(
-        lambda: not core(target).list_namespaced_service(target.namespace, label_selector=f"{NONCE_LABEL}={nonce}").items,
+        lambda: (
+            not core(target).list_namespaced_service(target.namespace, label_selector=f"{NONCE_LABEL}={nonce}").items
+        ),
         "the rendezvous Service to be garbage-collected with its Job",
     )
 

@@ -1,0 +1,95 @@
+"""What the ``kubernetes`` backend asks the API server for a job's rendezvous (pure manifests; the
+contract suite runs them on the real control plane): a job of one replica is its own coordinator
+and gets no Service; a job's own env may set the torch names itself."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from devtools.kube_command_node import _subdomain_on_loopback
+from iris_airflow_provider.backends.base import Submission
+from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
+from iris_airflow_provider.backends.kubernetes.manifests import (
+    COMPLETION_INDEX,
+    JobPlacement,
+    JobTemplate,
+    job_name,
+    rendezvous_service_name,
+)
+from iris_airflow_provider.core.model import parse_job
+
+RANK_FROM_INDEX = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
+
+
+def manifest(replicas: int, env: dict[str, str] | None = None, port: int = 29500) -> dict[str, Any]:
+    spec = parse_job(
+        {"job_id": "/alice/train", "command": "train", "resources": {"replicas": replicas}, "env": env or {}}
+    )
+    template = JobTemplate(backend_id="default", image="busybox:1.36", coordinator_port=port)
+    return template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement(), "iris")
+
+
+def container_env(job: dict[str, Any]) -> dict[str, Any]:
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_replicas_meet_at_replica_0s_hostname_under_the_jobs_service() -> None:
+    job = manifest(2, port=4242)
+    service = rendezvous_service_name(job_name("/alice/train"), "n1")
+    assert job["spec"]["template"]["spec"]["subdomain"] == service and len(service) <= 63
+    env = container_env(job)
+    coordinator = f"{job_name('/alice/train')}-0.{service}"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["IRIS_NUM_REPLICAS"]) == (
+        coordinator,
+        "4242",
+        "2",
+        "2",
+    )
+    assert env["IRIS_COORDINATOR_ADDRESS"] == f"{coordinator}:4242"
+    assert env["IRIS_REPLICA_INDEX"] == env["RANK"] == env["NODE_RANK"] == RANK_FROM_INDEX
+
+
+def test_a_single_replica_is_its_own_coordinator_without_a_subdomain() -> None:
+    job = manifest(1)
+    assert "subdomain" not in job["spec"]["template"]["spec"]
+    env = container_env(job)
+    assert (env["IRIS_COORDINATOR_ADDRESS"], env["MASTER_ADDR"], env["WORLD_SIZE"]) == (
+        "127.0.0.1:29500",
+        "127.0.0.1",
+        "1",
+    )
+
+
+def test_the_jobs_env_may_set_the_torch_names_but_not_the_replica_index() -> None:
+    env = container_env(manifest(2, env={"MASTER_PORT": "1234", "RANK": "7"}))
+    assert (env["MASTER_PORT"], env["RANK"]) == ("1234", "7")
+    assert env["IRIS_REPLICA_INDEX"] == env["NODE_RANK"] == RANK_FROM_INDEX
+
+
+def test_the_coordinator_port_must_be_a_tcp_port() -> None:
+    with pytest.raises(ValidationError, match="coordinator_port"):
+        KubernetesBackendConfig.model_validate({"id": "k", "kind": "kubernetes", "coordinator_port": 70000})
+
+
+def test_the_command_node_resolves_only_pod_names_of_the_pods_subdomain_to_loopback() -> None:
+    pod = SimpleNamespace(spec=SimpleNamespace(subdomain="iris-train-1a2b"), metadata=SimpleNamespace(namespace="ns"))
+    env = {
+        "A": "iris-train-0.iris-train-1a2b",
+        "B": "iris-train-0.iris-train-1a2b:29500",
+        "C": "iris-train-1.iris-train-1a2b.ns.svc.cluster.local:80",
+        "D": "iris-train-0.other-service:29500",
+        "E": "iris-train-0.iris-train-1a2b.other-ns.svc:1",
+        "F": "see iris-train-0.iris-train-1a2b",
+    }
+    assert _subdomain_on_loopback(env, pod) == {
+        **env,
+        "A": "127.0.0.1",
+        "B": "127.0.0.1:29500",
+        "C": "127.0.0.1:80",
+    }
+    assert _subdomain_on_loopback(env, SimpleNamespace(spec=SimpleNamespace(subdomain=None))) == env
