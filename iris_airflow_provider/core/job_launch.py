@@ -10,10 +10,10 @@ started with and to the names the backends keep for themselves.
   command and env together at most 1 MiB (half the usual ``ARG_MAX``: the backend adds its own).
 - Reserved: every name starting with ``IRIS_``. The backends set ``IRIS_JOB_ID``,
   ``IRIS_JOB_NONCE``, ``IRIS_NUM_REPLICAS``, ``IRIS_BACKEND_ID``, ``IRIS_REPLICA_INDEX``,
-  ``IRIS_DEVICE_VARIANT``, ``IRIS_DEVICE_SLOTS`` and ``IRIS_RESULT``; a job that set them could pass for another
-  job or incarnation, or claim devices it was not given. The whole prefix is reserved (names are
-  case-sensitive, so ``iris_x`` is the job's own) so that a variable a backend adds later never
-  silently changes meaning for a job that already sets it.
+  ``IRIS_COORDINATOR_ADDRESS``, ``IRIS_DEVICE_VARIANT``, ``IRIS_DEVICE_SLOTS`` and ``IRIS_RESULT``; a
+  job that set them could pass for another job or incarnation, or claim devices it was not given.
+  The whole prefix is reserved (names are case-sensitive, so ``iris_x`` is the job's own) so that
+  a variable a backend adds later never silently changes meaning for a job that already sets it.
 """
 
 from __future__ import annotations
