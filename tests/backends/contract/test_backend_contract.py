@@ -434,7 +434,9 @@ def test_two_replicas_rendezvous_through_the_coordinator_address(target, backend
     stable hostname under the Job's headless Service (the command node here resolves it to loopback:
     no cluster DNS), and Kueue admits the two pods as one workload. The image needs Python."""
     spec = job(target, "python3 rendezvous.py", replicas=2, files={"rendezvous.py": RENDEZVOUS}, image="python:3.12")
-    submitted = backend.submit(submission(spec))
+    delivered = submission(spec)
+    submitted = backend.submit(delivered)
+    assert backend.submit(delivered).replay  # a replay makes nothing twice (on Kubernetes, one Service)
     report = wait_state(backend, spec.job_id, JobState.SUCCEEDED, JobState.FAILED)
     lines = backend.logs(spec.job_id).lines
     assert (report.state, report.error) == (JobState.SUCCEEDED, ""), lines
