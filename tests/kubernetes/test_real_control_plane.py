@@ -18,7 +18,8 @@ NS = "smoke"
 
 @pytest.fixture(scope="module")
 def api(real_kube: KubeCluster) -> Any:
-    """A namespace with a LocalQueue on a ClusterQueue of 8 GPUs, and one KWOK node with 8 GPUs."""
+    """A namespace with a LocalQueue on a ClusterQueue of 8 GPUs, and one KWOK node with 8 GPUs (all
+    removed after the module)."""
     real_kube.create_node("gpu-node-1", gpus=8, labels={"node.kubernetes.io/instance-type": "gpu-8"})
     with real_kube.admin_client() as api:
         custom = client.CustomObjectsApi(api)
@@ -61,6 +62,10 @@ def api(real_kube: KubeCluster) -> Any:
             },
         )
         yield api
+        # Leave the shared control plane as we found it: other modules count every node.
+        client.CoreV1Api(api).delete_namespace(NS)
+        custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", "cq")
+    real_kube.delete_node("gpu-node-1")
 
 
 def job(name: str, *, suspend: bool | None) -> dict[str, Any]:
