@@ -3,12 +3,15 @@ with the backend's precedence, and bad templates refused at config load naming t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from iris_airflow_provider.backends.base import Submission
+from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
 from iris_airflow_provider.backends.kubernetes.manifests import (
     JOB_KEY_LABEL,
     QUEUE_LABEL,
@@ -187,8 +190,6 @@ def test_a_bad_template_is_refused_naming_the_field(template: Any, message: str)
 
 
 def test_the_cluster_file_takes_a_template_inline_or_from_a_file_and_names_a_bad_one(tmp_path: Path) -> None:
-    from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
-
     template_file = tmp_path / "pod.yaml"
     template_file.write_text(
         "apiVersion: v1\nkind: Pod\nspec:\n  serviceAccountName: iris-workload\n  nodeSelector: {pool: secure}\n"
@@ -225,3 +226,13 @@ def test_the_cluster_file_takes_a_template_inline_or_from_a_file_and_names_a_bad
     assert [(p.path, p.message) for p in both.value.problems] == [
         (f"{where}.pod_template_file", "give pod_template or pod_template_file, not both")
     ]
+
+
+def test_the_readmes_pod_template_is_valid_and_kept() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Kubernetes backend", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", section, re.S) if "kind: Pod" in b]
+    example = yaml.safe_load(block)
+    pod = manifest(example)["spec"]["template"]
+    assert pod["spec"]["serviceAccountName"] == "iris-workload"
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["spec"]["containers"][0]["volumeMounts"]
