@@ -166,6 +166,7 @@ def test_a_job_without_a_command_does_not_take_the_templates_container_fields() 
             "spec.containers: at most one container",
         ),
         ({"spec": {"containers": [{"command": ["sh"]}]}}, "spec.containers[0].command: set by the backend"),
+        ({"spec": {"priorityClassName": "high"}}, "spec.priorityClassName: set by the backend per band"),
         ({"spec": {"containers": [{"resources": {}}]}}, "spec.containers[0].resources: set by the backend"),
         (
             {"spec": {"volumes": [{"name": "iris-result", "emptyDir": {}}]}},

@@ -75,6 +75,10 @@ def checked_pod_template(raw: Any) -> dict[str, Any]:
             "spec.containers: at most one container (merged into the job's); a second one would keep the Job "
             "from completing (use spec.initContainers)"
         )
+    if "priorityClassName" in spec or "priority" in spec:
+        raise PodTemplateError(
+            "spec.priorityClassName: set by the backend per band (priority_classes), which capacity counts by"
+        )
     for volume in spec.get("volumes") or []:
         if volume.get("name") in RESERVED_VOLUMES:
             raise PodTemplateError(
