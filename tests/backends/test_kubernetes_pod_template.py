@@ -166,7 +166,12 @@ def test_a_job_without_a_command_does_not_take_the_templates_container_fields() 
             "spec.containers: at most one container",
         ),
         ({"spec": {"containers": [{"command": ["sh"]}]}}, "spec.containers[0].command: set by the backend"),
-        ({"spec": {"priorityClassName": "high"}}, "spec.priorityClassName: set by the backend per band"),
+        ({"spec": {"priorityClassName": "high"}}, "spec.priorityClassName: set by the backend"),
+        ({"spec": {"subdomain": "x"}}, "spec.subdomain: set by the backend"),
+        (
+            {"spec": {"containers": [{"env": [{"name": "MASTER_ADDR", "value": "elsewhere"}]}]}},
+            "spec.containers[0].env: MASTER_ADDR is the backend's",
+        ),
         ({"spec": {"containers": [{"resources": {}}]}}, "spec.containers[0].resources: set by the backend"),
         (
             {"spec": {"volumes": [{"name": "iris-result", "emptyDir": {}}]}},

@@ -7,7 +7,8 @@ Precedence:
 
 - **The backend wins** on what it relies on: the job's container name, image, command and args,
   resources (GPU requests), its labels and annotations, the Kueue label (on the Job),
-  ``restartPolicy: Never``, the priority class and placement affinity, and its own volumes
+  ``restartPolicy: Never``, the priority class and placement affinity, the pods' ``subdomain``
+  (the rendezvous' Service), the ``IRIS_*`` and rendezvous variables, and its own volumes
   (``result``, ``workdir``, ``files``) and mounts.
 - **The template's additions are kept**: volumes and mounts are appended, labels and annotations
   merged, ``serviceAccountName``, ``imagePullSecrets``, ``nodeSelector``, ``securityContext``,
@@ -15,7 +16,7 @@ Precedence:
   tolerations are added to the backend's.
 - **The template's env wins over the job's**: it is the peer's configuration (credentials stay on
   the cluster that owns them), so a job naming the same variable does not replace it. The backend's
-  ``IRIS_*`` variables may not be named by the template.
+  ``IRIS_*`` and rendezvous variables may not be named by the template.
 
 Pure: no API calls (the kubernetes client's models only convert).
 """
@@ -26,11 +27,16 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from iris_airflow_provider.backends.base import RANK_ENV, rendezvous_env
 from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_VOLUME
 
 RESERVED_VOLUMES = (RESULT_VOLUME, "workdir", "files")
 RESERVED_MOUNTS = (RESULT_DIR, "/iris/workdir")
 RESERVED_ENV_PREFIX = "IRIS_"
+# The rendezvous' names (MASTER_ADDR, WORLD_SIZE, RANK, ...): the backend's, whatever the template says.
+RESERVED_ENV = frozenset(rendezvous_env("replica-0", 0, 1)) | frozenset(RANK_ENV)
+# A multi-replica Job's pods are named through its Service (``subdomain``): the template may not rename them.
+_BACKEND_POD_FIELDS = ("priorityClassName", "priority", "hostname", "subdomain", "setHostnameAsFQDN")
 # What the template may not set on the job's container: the backend decides them.
 _BACKEND_CONTAINER_FIELDS = ("command", "args", "resources", "workingDir", "image")
 
@@ -75,10 +81,13 @@ def checked_pod_template(raw: Any) -> dict[str, Any]:
             "spec.containers: at most one container (merged into the job's); a second one would keep the Job "
             "from completing (use spec.initContainers)"
         )
-    if "priorityClassName" in spec or "priority" in spec:
-        raise PodTemplateError(
-            "spec.priorityClassName: set by the backend per band (priority_classes), which capacity counts by"
-        )
+    for field in _BACKEND_POD_FIELDS:
+        if field in spec:
+            raise PodTemplateError(
+                f"spec.{field}: set by the backend (the band's PriorityClass from priority_classes, which capacity "
+                f"counts by; the replicas' names the rendezvous resolves); the template may not set "
+                f"{', '.join(_BACKEND_POD_FIELDS)}"
+            )
     for volume in spec.get("volumes") or []:
         if volume.get("name") in RESERVED_VOLUMES:
             raise PodTemplateError(
@@ -98,9 +107,11 @@ def checked_pod_template(raw: Any) -> dict[str, Any]:
                     f"spec.containers[0].volumeMounts: {path} is the backend's; reserved: {', '.join(RESERVED_MOUNTS)}"
                 )
         for entry in container.get("env") or []:
-            if str(entry.get("name", "")).startswith(RESERVED_ENV_PREFIX):
+            name = str(entry.get("name", ""))
+            if name.startswith(RESERVED_ENV_PREFIX) or name in RESERVED_ENV:
                 raise PodTemplateError(
-                    f"spec.containers[0].env: {entry['name']} is the backend's (the {RESERVED_ENV_PREFIX}* variables)"
+                    f"spec.containers[0].env: {name} is the backend's (the {RESERVED_ENV_PREFIX}* variables and "
+                    f"{', '.join(sorted(RESERVED_ENV))})"
                 )
     return normal
 
