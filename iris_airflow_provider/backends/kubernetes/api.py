@@ -1,19 +1,33 @@
 """The ``kubernetes`` backend's calls to the API server, through the cncf-kubernetes provider's hook.
 
-Every call takes the request timeout; every list is paged. ``guard`` turns the API's failures
-into ``KubernetesUnavailableError`` (an ``OSError``: the agentless peer reports it as
-unavailable, and the tick retries with backoff), naming what was being done. The Kubernetes
-client is untyped: its objects are ``Any`` here and in the pure modules that read them.
+Every call takes the request timeout; every list is paged. Every call is retried as the provider
+retries its own (``generic_api_retry``'s wait, which honours a 429's ``Retry-After``, and its
+``[workers] api_retries`` attempts) when the server asks to back off (429) or fails transiently
+(500, 502, 503, 504). Not on a 409, which ``generic_api_retry`` also retries: here it is an answer
+(a Job created meanwhile, or replaced), handled at once; nor on a connection failure, which the
+tick already retries with backoff. The hook's own calls are not used: ``get_job`` takes no request
+timeout, ``create_job`` retries a 409 and logs the manifest as an exception, and the job status
+helpers count a condition whose status is ``"False"`` as set.
+
+``guard`` turns the API's failures into ``KubernetesUnavailableError`` (an ``OSError``: the
+agentless peer reports it as unavailable, and the tick retries with backoff), naming what was
+being done. The Kubernetes client is untyped: its objects are ``Any`` here and in the pure modules
+that read them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 LIST_PAGE = 500
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+LONGEST_RETRY_WAIT_S = 60.0  # a tick does not wait longer on one call, whatever Retry-After says
 
 
 class KubernetesUnavailableError(ConnectionError):
@@ -45,6 +59,28 @@ def error_status(error: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
+def retried(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``, retried by the cncf provider's policy on ``RETRIED_STATUSES``."""
+    import tenacity
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import (
+        API_RETRIES,
+        WaitRetryAfterOrExponential,
+    )
+    from kubernetes.client.exceptions import ApiException
+
+    provider_wait = WaitRetryAfterOrExponential()
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(API_RETRIES),
+        wait=lambda state: min(provider_wait(state), LONGEST_RETRY_WAIT_S),
+        retry=tenacity.retry_if_exception(
+            lambda error: isinstance(error, ApiException) and error.status in RETRIED_STATUSES
+        ),
+        reraise=True,
+        before_sleep=tenacity.before_sleep_log(log, logging.WARNING),
+    )
+    return retrying(function, *args, **kwargs)
+
+
 class KubeApi:
     """One backend's view of one cluster: its connection, namespace and the calls it makes."""
 
@@ -60,10 +96,15 @@ class KubeApi:
         if self._hook is None:
             from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
             from kubernetes.client import Configuration
+            from urllib3.util.retry import Retry
 
             # Our own configuration object: the hook would otherwise load the kubeconfig into the
             # process-wide default, which another backend (another cluster) may be using.
-            self._hook = KubernetesHook(conn_id=self.conn_id, client_configuration=Configuration())
+            configuration = Configuration()
+            # urllib3's default (3 retries) would also wait out a 429's or 503's Retry-After (up to
+            # 6 hours, silently) under ``retried``: keep its connection retries, leave statuses to us.
+            configuration.retries = Retry(3, respect_retry_after_header=False)
+            self._hook = KubernetesHook(conn_id=self.conn_id, client_configuration=configuration)
         return self._hook
 
     @property
@@ -88,11 +129,15 @@ class KubeApi:
                 f"backend {self.backend_id}: {doing}: cannot reach the Kubernetes API: {error}"
             ) from error
 
+    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One API call, with the request timeout, retried (``retried``)."""
+        return retried(function, *args, _request_timeout=self.request_timeout, **kwargs)
+
     def list_all(self, call: Callable[..., Any], **kwargs: Any) -> list[Any]:
         items: list[Any] = []
         token = None
         while True:
-            page = call(limit=LIST_PAGE, _continue=token, _request_timeout=self.request_timeout, **kwargs)
+            page = self.call(call, limit=LIST_PAGE, _continue=token, **kwargs)
             items.extend(page.items or ())
             token = page.metadata._continue if page.metadata else None
             if not token:
@@ -121,18 +166,14 @@ class KubeApi:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return self.hook.batch_v1_client.read_namespaced_job(
-                name, self.namespace, _request_timeout=self.request_timeout
-            )
+            return self.call(self.hook.batch_v1_client.read_namespaced_job, name, self.namespace)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
 
     def create_job(self, manifest: dict[str, Any]) -> Any:
-        return self.hook.batch_v1_client.create_namespaced_job(
-            self.namespace, manifest, _request_timeout=self.request_timeout
-        )
+        return self.call(self.hook.batch_v1_client.create_namespaced_job, self.namespace, manifest)
 
     def delete_job(self, job: Any, propagation: str) -> None:
         """Delete this Job (by uid: not one that replaced it); a Job already gone is fine."""
@@ -140,9 +181,7 @@ class KubeApi:
 
         body = {"propagationPolicy": propagation, "preconditions": {"uid": job.metadata.uid}}
         try:
-            self.hook.batch_v1_client.delete_namespaced_job(
-                job.metadata.name, self.namespace, body=body, _request_timeout=self.request_timeout
-            )
+            self.call(self.hook.batch_v1_client.delete_namespaced_job, job.metadata.name, self.namespace, body=body)
         except ApiException as error:
             if error.status not in (404, 409):  # gone already, or replaced (uid precondition)
                 raise
@@ -150,7 +189,7 @@ class KubeApi:
     def create_files(self, manifest: dict[str, Any]) -> None:
         core = self.hook.core_v1_client
         create = core.create_namespaced_secret if manifest["kind"] == "Secret" else core.create_namespaced_config_map
-        create(self.namespace, manifest, _request_timeout=self.request_timeout)
+        self.call(create, self.namespace, manifest)
 
     def create_service(self, manifest: dict[str, Any]) -> None:
         self.hook.core_v1_client.create_namespaced_service(
@@ -168,14 +207,14 @@ class KubeApi:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            response = self.hook.core_v1_client.read_namespaced_pod_log(
+            response = self.call(
+                self.hook.core_v1_client.read_namespaced_pod_log,
                 pod.metadata.name,
                 self.namespace,
                 container=container,
                 timestamps=True,
                 since_seconds=since_seconds,
                 _preload_content=False,
-                _request_timeout=self.request_timeout,
             )
         except ApiException as error:
             if error.status in (400, 404):  # not started yet, or gone

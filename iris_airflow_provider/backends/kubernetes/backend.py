@@ -60,6 +60,7 @@ from iris_airflow_provider.backends.kubernetes.manifests import (
     job_name,
     pod_selector,
 )
+from iris_airflow_provider.backends.kubernetes.pod_template import checked_pod_template
 from iris_airflow_provider.backends.kubernetes.results import extract_result
 from iris_airflow_provider.backends.kubernetes.status import finished, job_report, latest_pod_per_index, ms, terminated
 from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
@@ -102,6 +103,7 @@ class KubernetesBackend:
         ttl_seconds_after_finished: int | None = None,
         coordinator_port: int = DEFAULT_COORDINATOR_PORT,
         request_timeout_seconds: float = 20,
+        pod_template: Mapping[str, Any] | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
         from kubernetes.client import V1Toleration
@@ -135,6 +137,7 @@ class KubernetesBackend:
             files_in=files_in,
             ttl_seconds_after_finished=ttl_seconds_after_finished,
             coordinator_port=coordinator_port,
+            pod_template=checked_pod_template(pod_template) if pod_template is not None else None,
         )
         self.clock = clock or now_ms
         self._warned_classes: frozenset[str] = frozenset()
@@ -146,7 +149,10 @@ class KubernetesBackend:
     def from_config(cls, config: KubernetesBackendConfig) -> KubernetesBackend:
         # The config's fields are the constructor's keywords, but for the bands (parsed here) and
         # the tolerations (plain mappings for the client's model).
-        settings = config.model_dump(exclude={"id", "kind", "priority_classes", "other_priority_classes"})
+        settings = config.model_dump(
+            exclude={"id", "kind", "priority_classes", "other_priority_classes", "pod_template_file"}
+        )
+        settings["pod_template"] = config.template()
         settings["tolerations"] = [t.model_dump() for t in config.tolerations]
         return cls(config.id, priority_classes=config.band_classes(), class_bands=config.class_bands(), **settings)
 

@@ -1,13 +1,17 @@
 """A Kubernetes backend's entry in the cluster file: connection, namespace, Kueue queue, priority
-classes per band, how GPU variants are read off nodes, tolerations and job defaults."""
+classes per band, how GPU variants are read off nodes, tolerations, job defaults and the pod
+template (the peer's own additions to every pod: ``pod_template.py``)."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
+import yaml
 from pydantic import Field, ValidationInfo, field_validator
 
+from iris_airflow_provider.backends.kubernetes.pod_template import PodTemplateError, checked_pod_template
 from iris_airflow_provider.core.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
 from iris_airflow_provider.core.names import check_name
 from iris_airflow_provider.core.strict_model import StrictModel
@@ -65,6 +69,10 @@ class KubernetesBackendConfig(StrictModel):
         default=29500, ge=1, le=65535, description="where replica 0 listens for the others (MASTER_PORT)"
     )
     request_timeout_seconds: float = Field(default=20, gt=0)
+    pod_template: dict[str, Any] | None = Field(
+        default=None, description="a Pod manifest merged into every job's pods (the peer's; a job cannot set it)"
+    )
+    pod_template_file: str | None = Field(default=None, description="else a YAML file holding that Pod manifest")
 
     _check_id = field_validator("id")(check_name)
     _check_names = field_validator("namespace", "queue_name")(_k8s_name)
@@ -100,6 +108,27 @@ class KubernetesBackendConfig(StrictModel):
             raise ValueError("needs variant_label: the node label whose values these are")
         return {label: variant.strip().lower() for label, variant in value.items()}
 
+    @field_validator("pod_template")
+    @classmethod
+    def _inline_template(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _checked_template(value) if value is not None else None
+
+    @field_validator("pod_template_file")
+    @classmethod
+    def _template_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if info.data.get("pod_template") is not None:
+            raise ValueError("give pod_template or pod_template_file, not both")
+        _checked_template(_read_template(value))  # a bad file fails the config load, naming this field
+        return value
+
+    def template(self) -> dict[str, Any] | None:
+        """The pod template (the file's, read again: it was checked at load), or None."""
+        if self.pod_template_file:
+            return _checked_template(_read_template(self.pod_template_file))
+        return self.pod_template
+
     def band_classes(self) -> dict[Band, str]:
         return {_parsed_band(band): name for band, name in self.priority_classes.items()}
 
@@ -108,6 +137,22 @@ class KubernetesBackendConfig(StrictModel):
         known = {name: _parsed_band(band) for name, band in self.other_priority_classes.items()}
         known.update({name: band for band, name in self.band_classes().items()})
         return known
+
+
+def _read_template(path: str) -> Any:
+    try:
+        return yaml.safe_load(Path(path).expanduser().read_text())
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error}") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not YAML: {error}") from None
+
+
+def _checked_template(raw: Any) -> dict[str, Any]:
+    try:
+        return checked_pod_template(raw)
+    except PodTemplateError as error:
+        raise ValueError(str(error)) from None
 
 
 def _band_name(raw: str) -> str:

@@ -35,6 +35,7 @@ from iris_airflow_provider.backends.base import (
     rendezvous_env,
 )
 from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
+from iris_airflow_provider.backends.kubernetes.pod_template import merged_pod_template
 from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_PATH, RESULT_VOLUME, wrapped_command
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.job_files import file_bytes
@@ -123,6 +124,7 @@ class JobTemplate:
     files_in: str = "configmap"  # or "secret"
     ttl_seconds_after_finished: int | None = None
     coordinator_port: int = DEFAULT_COORDINATOR_PORT  # where replica 0 listens (MASTER_PORT)
+    pod_template: Mapping[str, Any] | None = None  # the peer's additions (pod_template.py)
 
     def job_manifest(self, submission: Submission, placement: JobPlacement, namespace: str) -> dict[str, Any]:
         """The batch/v1 Job for one incarnation."""
@@ -196,7 +198,10 @@ class JobTemplate:
             "backoffLimit": 0,
             # Kueue admits a suspended Job by unsuspending it; without Kueue it starts at once.
             "suspend": bool(self.queue_name),
-            "template": {"metadata": {"labels": pod_labels, "annotations": dict(annotations)}, "spec": pod_spec},
+            "template": merged_pod_template(
+                {"metadata": {"labels": pod_labels, "annotations": dict(annotations)}, "spec": pod_spec},
+                self.pod_template,
+            ),
         }
         if self.ttl_seconds_after_finished is not None:
             job_spec["ttlSecondsAfterFinished"] = self.ttl_seconds_after_finished
