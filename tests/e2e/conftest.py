@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,3 +78,21 @@ def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
     store = FederationStore.from_url(deployment.store_url)
     yield store
     store.dispose()
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright (one per module); screenshots go to ``ARTIFACTS``."""
+    from devtools.browser import chromium, chromium_path
+
+    if chromium_path() is None:
+        message = "Chromium is not installed; run scripts/install-browser.sh (Debian's chromium package)"
+        if os.environ.get("IRIS_REQUIRE_BROWSER") == "1":
+            pytest.fail(message + " (IRIS_REQUIRE_BROWSER=1)")
+        pytest.skip(message)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with chromium() as launched:
+        yield launched

@@ -8,7 +8,6 @@ one with ``[core] lazy_discover_providers = False``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,15 +16,14 @@ import httpx
 import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
-from devtools.browser import chromium, chromium_path, sign_in
+from devtools.browser import sign_in
 from iris_airflow_provider.store.migrate import head_revision
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.conftest import ARTIFACTS, free_port, save_logs
 from tests.postgres import scratch_database
 
 pytestmark = pytest.mark.e2e
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
 UNREACHABLE = "postgresql://iris@127.0.0.1:1/iris_federation"
 # Airflow 3.3.2's Test button sends port 0 for a connection without a port, which its API compares
 # with the stored NULL and refuses (apache/airflow#73298, fixed upstream after 3.3.2).
@@ -163,18 +161,6 @@ def test_the_rest_connection_test_is_disabled_by_airflows_default(eager, store_u
 
 
 # In a real browser ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if chromium_path() is None:
-        message = "Chromium is not installed; run scripts/install-browser.sh (Debian's chromium package)"
-        if os.environ.get("IRIS_REQUIRE_BROWSER") == "1":
-            pytest.fail(message + " (IRIS_REQUIRE_BROWSER=1)")
-        pytest.skip(message)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with chromium() as launched:
-        yield launched
 
 
 def _signed_in_page(browser: Any, deployment: AirflowDeployment) -> Any:

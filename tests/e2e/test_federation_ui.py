@@ -8,11 +8,9 @@ queued job's pending reason, opens the job, cancels it, and saves screenshots in
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -20,10 +18,11 @@ import httpx
 import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
-from devtools.browser import chromium, chromium_path, page_url, sign_in
+from devtools.browser import page_url, sign_in
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import HandoffState, JobState
 from iris_airflow_provider.store.store import FederationStore
+from tests.e2e.conftest import ARTIFACTS
 from tests.e2e.jobs import admitted_job_of
 from tests.waiting import wait_for
 
@@ -33,7 +32,6 @@ _wait = partial(wait_for, timeout=90, interval=0.5)
 pytestmark = pytest.mark.e2e
 
 API = "/iris/federation/ui/api"
-ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
 PINNED_REASON = "Queued for peer cw-gb200 to report free capacity"
 
 
@@ -129,18 +127,6 @@ def test_a_user_gets_the_explanation_and_bad_parameters_are_named(deployment, sc
 
 
 # The page in Chromium ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if chromium_path() is None:
-        message = "Chromium is not installed; run scripts/install-browser.sh (Debian's chromium package)"
-        if os.environ.get("IRIS_REQUIRE_BROWSER") == "1":
-            pytest.fail(message + " (IRIS_REQUIRE_BROWSER=1)")
-        pytest.skip(message)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with chromium() as launched:
-        yield launched
 
 
 def _open_page(browser: Any, deployment: AirflowDeployment, user: str, scheme: str, errors: list[str]) -> Any:

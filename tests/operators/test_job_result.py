@@ -7,8 +7,6 @@ reattaching try returns the same result, and a new incarnation of the job never 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,31 +14,11 @@ import pytest
 
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.services.federation import Federation
-from iris_airflow_provider.store.store import FederationStore
 from tests.operators.test_resume import TaskStateStore, Try, WorkerDied, run_to_the_end, waits
 from tests.services.world import World
-from tests.store.conftest import sqlite_store
-
-__all__ = ["sqlite_store"]
 
 RESULT = {"loss": 0.125, "checkpoint": "s3://ckpt/run 1/step-100", "tags": ["a", "é"]}
 WRITE_RESULT = f"echo training; printf '%s' '{json.dumps(RESULT)}' > \"$IRIS_RESULT\""
-
-
-@pytest.fixture
-def world(tmp_path: Path, sqlite_store: FederationStore) -> Iterator[World]:
-    world = World(tmp_path, sqlite_store)
-    yield world
-    world.close()
-
-
-@pytest.fixture
-def federation(world: World, monkeypatch: pytest.MonkeyPatch) -> Federation:
-    from iris_airflow_provider.operators import federated
-
-    federation = world.federation()
-    monkeypatch.setattr(federated, "get_federation", lambda conn_id=None: federation)
-    return federation
 
 
 def attempt(run_id: str, state_store: TaskStateStore, job: dict[str, Any], *, number: int = 1, **kwargs: Any) -> Try:

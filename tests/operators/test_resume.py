@@ -9,8 +9,6 @@ with a fresh task instance and the same task state store reconnects to it, and b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,9 +25,6 @@ from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.store import FederationStore
 from iris_airflow_provider.triggers.federation import reached
 from tests.services.world import World, event_kinds
-from tests.store.conftest import sqlite_store
-
-__all__ = ["sqlite_store"]
 
 _real_sleep = time.sleep
 WAIT_FOR = ("completion", "acceptance", "none")
@@ -88,20 +83,6 @@ class Try:
             federated.time.sleep(0)
         event = {"status": "reached", "job_id": trigger.job_id}
         return getattr(self.operator, deferred.method_name)(self.context, event)
-
-
-@pytest.fixture
-def world(tmp_path: Path, sqlite_store: FederationStore) -> Iterator[World]:
-    world = World(tmp_path, sqlite_store)
-    yield world
-    world.close()
-
-
-@pytest.fixture
-def federation(world: World, monkeypatch: pytest.MonkeyPatch) -> Federation:
-    federation = world.federation()
-    monkeypatch.setattr(federated, "get_federation", lambda conn_id=None: federation)
-    return federation
 
 
 def waits(monkeypatch: pytest.MonkeyPatch, each: Any) -> None:
