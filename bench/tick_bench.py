@@ -177,6 +177,33 @@ def federation(store: FederationStore, peers: dict[str, InMemoryPeer], directory
     return Federation(config, store, backends={}, peers=peers, clock=FixedClock(), jitter=lambda: 1.0)
 
 
+STEPS = (
+    ("heartbeats", "heartbeats", "all"),
+    ("placement", "placement", "place"),
+    ("delivery", "delivery", "deliver"),
+    ("sync", "mirror", "sync"),
+)
+
+
+def time_steps(fed: Federation) -> dict[str, float]:
+    """Seconds spent in the tick's main steps (filled in as the tick runs): each step's method is
+    wrapped on its service instance, which the tick calls through."""
+    spent: dict[str, float] = {}
+    for name, service_name, method_name in STEPS:
+        service = getattr(fed, service_name)
+        method = getattr(service, method_name)
+
+        def timed(*args: Any, _method: Callable[..., Any] = method, _name: str = name, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - started
+
+        setattr(service, method_name, timed)
+    return spent
+
+
 def _best_of(runs: int, call: Callable[[], Any]) -> tuple[float, Any]:
     best, result = float("inf"), None
     for _ in range(runs):
@@ -202,6 +229,7 @@ class Row:
     queue_read_s: float
     pure_s: float
     ratio: float
+    steps: dict[str, float]
     promoted: int
     delivered: int
     expired: int
@@ -229,6 +257,7 @@ def run_case(kind: str, case: Case, seed: int, repeat: int, directory: Path) -> 
         rules = fed.placement_rules  # the tick's own rules (cap per peer, staleness, holding off)
         pure_s, result = _best_of(repeat, lambda: place(snapshot, rules))
         expected = sorted(f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in result.promotions)
+        steps = time_steps(fed)
         gc.collect()
         started = time.perf_counter()
         report = fed.tick()
@@ -246,6 +275,7 @@ def run_case(kind: str, case: Case, seed: int, repeat: int, directory: Path) -> 
         queue_read_s=read_s,
         pure_s=pure_s,
         ratio=tick_s / pure_s,
+        steps=dict(steps),
         promoted=len(report.promoted),
         delivered=len(report.delivered),
         expired=len(report.expired),
@@ -265,6 +295,11 @@ def print_table(rows: Sequence[Row], env: dict[str, Any]) -> None:
             f"{row.pure_s:>11.3f} {row.ratio:>8.1f}x {row.promoted:>8} {row.delivered:>9} {row.expired:>7} "
             f"{'yes' if row.identical else 'NO'}"
         )
+    print("where the tick's time goes (s): " + ", ".join(name for name, _, _ in STEPS) + ", the rest")
+    for row in rows:
+        named = [row.steps.get(name, 0.0) for name, _, _ in STEPS]
+        parts = ", ".join(f"{value:.3f}" for value in [*named, row.tick_s - sum(named)])
+        print(f"  {row.store:<11} {row.case:>5}: {parts}")
     for row in rows:
         if (row.case, row.store) == (GOAL_CASE, GOAL_STORE):
             met = row.tick_s < GOAL_SECONDS and row.ratio <= GOAL_RATIO and row.identical
