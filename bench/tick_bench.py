@@ -12,8 +12,11 @@ the tick's own rules, and checks both promote the same jobs to the same backends
 same jobs. The peers and the job mix are the GPU mix of ``bench/placement_bench.py`` (scarce
 capacity, four variants, four bands, region constraints, pinned jobs, a few past their deadline).
 
-The tick is timed once per case (it changes the state: it promotes). The queue read on its own
-(``services.placement.placement_snapshot``, after the tick) is printed beside it.
+The first tick is timed once per case (it changes the state: it promotes, expires and saves
+holds). Then the queue read on its own (``services.placement.placement_snapshot``), and the next
+tick on what the first left (the same queue less what it placed, jobs in flight, holds), next to
+the pure pass on the snapshot the store gives for it: the steady state, where little is promoted.
+Both ticks' decisions are checked against their pure pass.
 
 Run from the repository root::
 
@@ -230,6 +233,9 @@ class Row:
     pure_s: float
     ratio: float
     steps: dict[str, float]
+    next_tick_s: float
+    next_pure_s: float
+    next_promoted: int
     promoted: int
     delivered: int
     expired: int
@@ -262,9 +268,18 @@ def run_case(kind: str, case: Case, seed: int, repeat: int, directory: Path) -> 
         started = time.perf_counter()
         report = fed.tick()
         tick_s = time.perf_counter() - started
+        steps_first = dict(steps)
+        # The next tick, on what the first left (jobs in flight, holds): the steady state, where
+        # the queue is as long but little is promoted. Its pure pass runs on the snapshot the store gives.
         started = time.perf_counter()
-        placement_snapshot(store, peer_ids, NOW_MS)
+        again = placement_snapshot(store, peer_ids, NOW_MS)
         read_s = time.perf_counter() - started
+        pure_next_s, result_next = _best_of(repeat, lambda: place(again, rules))
+        expected_next = sorted(f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in result_next.promotions)
+        gc.collect()
+        started = time.perf_counter()
+        report_next = fed.tick()
+        tick_next_s = time.perf_counter() - started
     return Row(
         store=kind,
         case=case.name,
@@ -275,11 +290,16 @@ def run_case(kind: str, case: Case, seed: int, repeat: int, directory: Path) -> 
         queue_read_s=read_s,
         pure_s=pure_s,
         ratio=tick_s / pure_s,
-        steps=dict(steps),
+        steps=steps_first,
+        next_tick_s=tick_next_s,
+        next_pure_s=pure_next_s,
+        next_promoted=len(report_next.promoted),
         promoted=len(report.promoted),
         delivered=len(report.delivered),
         expired=len(report.expired),
-        identical=sorted(report.promoted) == expected and sorted(report.expired) == sorted(result.expired),
+        identical=sorted(report.promoted) == expected
+        and sorted(report.expired) == sorted(result.expired)
+        and sorted(report_next.promoted) == expected_next,
     )
 
 
@@ -295,18 +315,28 @@ def print_table(rows: Sequence[Row], env: dict[str, Any]) -> None:
             f"{row.pure_s:>11.3f} {row.ratio:>8.1f}x {row.promoted:>8} {row.delivered:>9} {row.expired:>7} "
             f"{'yes' if row.identical else 'NO'}"
         )
-    print("where the tick's time goes (s): " + ", ".join(name for name, _, _ in STEPS) + ", the rest")
+    print("the next tick, on what the first left (s): tick, pure pass, tick/pure, promoted")
+    for row in rows:
+        print(
+            f"  {row.store:<11} {row.case:>5}: {row.next_tick_s:.3f}, {row.next_pure_s:.3f}, "
+            f"{row.next_tick_s / row.next_pure_s:.1f}x, {row.next_promoted}"
+        )
+    print("where the first tick's time goes (s): " + ", ".join(name for name, _, _ in STEPS) + ", the rest")
     for row in rows:
         named = [row.steps.get(name, 0.0) for name, _, _ in STEPS]
         parts = ", ".join(f"{value:.3f}" for value in [*named, row.tick_s - sum(named)])
         print(f"  {row.store:<11} {row.case:>5}: {parts}")
     for row in rows:
         if (row.case, row.store) == (GOAL_CASE, GOAL_STORE):
-            met = row.tick_s < GOAL_SECONDS and row.ratio <= GOAL_RATIO and row.identical
-            print(
-                f"goal ({GOAL_CASE} on {GOAL_STORE}: tick under {GOAL_SECONDS:.0f} s, within {GOAL_RATIO:.0f}x of the "
-                f"pure pass, identical decisions): {'met' if met else 'NOT met'}"
-            )
+            for which, tick_s, pure_s in (
+                ("first", row.tick_s, row.pure_s),
+                ("next", row.next_tick_s, row.next_pure_s),
+            ):
+                met = tick_s < GOAL_SECONDS and tick_s / pure_s <= GOAL_RATIO and row.identical
+                print(
+                    f"goal ({GOAL_CASE} on {GOAL_STORE}: tick under {GOAL_SECONDS:.0f} s, within {GOAL_RATIO:.0f}x of "
+                    f"the pure pass, identical decisions), {which} tick: {'met' if met else 'NOT met'}"
+                )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
