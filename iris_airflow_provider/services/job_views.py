@@ -156,8 +156,8 @@ def job_explanation(federation: Federation, job: JobRecord, now_ms: int) -> dict
         running = job.state is JobState.RUNNING
         summary = f"It runs on peer {job.peer_id}." if running else f"{job.pending_reason}."
         return {**base, "status": "on_peer", "summary": summary}
-    inputs = placement_snapshot(federation.store, federation.peers, now_ms)
-    return {**base, **explain_waiting(job.job_spec, inputs.snapshot, federation.placement_rules)}
+    snapshot = placement_snapshot(federation.store, federation.peers, now_ms)
+    return {**base, **explain_waiting(job.job_spec, snapshot, federation.placement_rules)}
 
 
 def never_fitting(federation: Federation, jobs: Iterable[JobRecord], now_ms: int) -> set[str]:

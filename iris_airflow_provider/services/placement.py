@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from iris_airflow_provider.core.availability import PeerState
+from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.object_stores import OBJECT_STORE_KEY, mismatch_message, unreadable_paths
 from iris_airflow_provider.core.placement import Candidate, Promotion
+from iris_airflow_provider.core.placement_projection import candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules, PlacementSnapshot, place
 from iris_airflow_provider.services.ports import AbandonedStore, PeerStateReads, PlacementStore
 from iris_airflow_provider.store.records import JobRecord
@@ -47,24 +49,45 @@ def queued_candidates(store: AbandonedStore, queued: Iterable[JobRecord], now_ms
     ]
 
 
-@dataclass(frozen=True, slots=True)
-class PlacementInputs:
-    queued: dict[str, JobRecord]  # by job id
-    snapshot: PlacementSnapshot
+def projected_candidates(store: PlacementStore, now_ms: int) -> list[Candidate]:
+    """What :func:`queued_candidates` gives for every queued job, read from the columns placement
+    needs (:mod:`iris_airflow_provider.core.placement_projection`) instead of parsing each spec. A
+    row from before the projection existed has its spec parsed."""
+    leftovers: dict[str, set[str]] = defaultdict(set)
+    for handoff in store.abandoned_handoffs():
+        leftovers[handoff.job_id].add(handoff.peer_id)
+    candidates = []
+    for job in store.queued_for_placement():
+        avoided: Iterable[str] = job.avoided_peer_ids(now_ms) if job.avoided_peers else ()
+        if job.job_id in leftovers:
+            avoided = {*avoided, *leftovers[job.job_id]}
+        if job.placement is None:
+            spec = JobSpec.model_validate(job.spec)
+            candidates.append(Candidate.from_job(spec, job.submitted_at_ms, avoided))
+        else:
+            candidates.append(
+                candidate(
+                    job.job_id,
+                    job.priority_band,
+                    job.submitted_at_ms,
+                    job.scheduling_deadline_ms,
+                    job.placement,
+                    avoided,
+                )
+            )
+    return candidates
 
 
-def placement_snapshot(store: PlacementStore, peer_ids: Iterable[str], now_ms: int) -> PlacementInputs:
+def placement_snapshot(store: PlacementStore, peer_ids: Iterable[str], now_ms: int) -> PlacementSnapshot:
     """Everything one placement pass reads, from the store, at ``now_ms``."""
-    queued = {job.job_id: job for job in store.queued_jobs()}
-    snapshot = PlacementSnapshot(
-        candidates=tuple(queued_candidates(store, queued.values(), now_ms)),
+    return PlacementSnapshot(
+        candidates=tuple(projected_candidates(store, now_ms)),
         peers=tuple(configured_peer_states(store, peer_ids)),
         ledger=(),
         now_ms=now_ms,
         in_flight=tuple(store.in_flight_handoffs()),
         holds=store.capacity_holds(),
     )
-    return PlacementInputs(queued, snapshot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +113,8 @@ class Placement:
 
     def place(self) -> Placed:
         """Run the placement pass and apply its promotions by compare-and-set (a racing cancel wins)."""
-        inputs = placement_snapshot(self.store, self.peer_ids, self.clock())
-        result = place(inputs.snapshot, self.rules)
+        snapshot = placement_snapshot(self.store, self.peer_ids, self.clock())
+        result = place(snapshot, self.rules)
         confirmed = self.store.apply_promotions(result.promotions, self.clock())
         promoted = [f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in confirmed]
         if confirmed:
@@ -99,11 +122,15 @@ class Placement:
         saved = self.store.save_holds(result.holds, self.clock())
         holding = [f"{peer_id}/{backend_id} for {job_id}" for job_id, (peer_id, backend_id) in sorted(saved.items())]
         for hold in result.holds:
-            if hold.job_id in saved and inputs.snapshot.holds.get(hold.job_id) != hold.key:
+            if hold.job_id in saved and snapshot.holds.get(hold.job_id) != hold.key:
                 log.info("Federation: %s: nothing behind it in the queue is placed there until it is", hold.text())
-        advertised = {(p.peer_id, b.backend_id): b.advertised for p in inputs.snapshot.peers for b in p.backends}
-        for promotion in confirmed:
-            self._flag_unreadable_paths(inputs.queued[promotion.job_id], promotion, advertised)
+        advertised = {(p.peer_id, b.backend_id): b.advertised for p in snapshot.peers for b in p.backends}
+        # Only a backend that says which object stores it reads can flag a job: only those jobs' specs are read.
+        checked = [p for p in confirmed if OBJECT_STORE_KEY in advertised.get((p.peer_id, p.backend_id), {})]
+        records = self.store.get_jobs(p.job_id for p in checked) if checked else {}
+        for promotion in checked:
+            if promotion.job_id in records:
+                self._flag_unreadable_paths(records[promotion.job_id], promotion, advertised)
         return Placed(promoted, len(result.pending), holding)
 
     def _flag_unreadable_paths(

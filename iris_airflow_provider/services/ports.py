@@ -17,7 +17,14 @@ from iris_airflow_provider.core.peer_loss import LostDecision
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.store.records import CancelOutcome, HandoffRefusal, JobRecord, NewIncarnation, PeerRecord
+from iris_airflow_provider.store.records import (
+    CancelOutcome,
+    HandoffRefusal,
+    JobRecord,
+    NewIncarnation,
+    PeerRecord,
+    QueuedJob,
+)
 from iris_airflow_provider.store.store import AbandonedHandoff, Admission, RequeueOutcome, TokenUse
 
 
@@ -96,7 +103,9 @@ class AbandonedStore(Protocol):
 
 
 class PlacementStore(AbandonedStore, PeerStateReads, Protocol):
-    def queued_jobs(self) -> list[JobRecord]: ...
+    def queued_for_placement(self) -> list[QueuedJob]: ...
+
+    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, JobRecord]: ...
 
     def in_flight_handoffs(self) -> list[InFlight]: ...
 

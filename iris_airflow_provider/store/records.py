@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from iris_airflow_provider.core.job_report import JobReport, ReplicaReport, projected
 from iris_airflow_provider.core.model import JobSpec
@@ -76,7 +77,25 @@ def job_values(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {name: _DECODE[name](value) if name in _DECODE else value for name, value in row.items()}
 
 
-@dataclass(frozen=True, slots=True)
+class QueuedJob(NamedTuple):
+    """A queued job as the tick reads it: the columns placement needs, not the spec (a named tuple:
+    one is made per queued job on every tick)."""
+
+    job_id: str
+    priority_band: str
+    submitted_at_ms: int
+    scheduling_deadline_ms: int | None
+    placement: str | None  # core/placement_projection.py; None for rows from before it existed
+    avoided_peers: Mapping[str, int] | None  # None: never requeued, so it avoids no peer
+    spec: Mapping[str, Any] | None  # only when ``placement`` is None
+
+    def avoided_peer_ids(self, now_ms: int) -> list[str]:
+        """The peers this job must not be placed on at ``now_ms``."""
+        return sorted(peer for peer, until in (self.avoided_peers or {}).items() if until > now_ms)
+
+
+# Not slotted: ``job_spec`` caches its parse in the instance's ``__dict__``.
+@dataclass(frozen=True)
 class JobRecord:
     job_id: str
     direction: Direction
@@ -114,6 +133,7 @@ class JobRecord:
     delivery_claimed_at_ms: int | None = None
     handed_off_at_ms: int | None = None
     withdraw_reason: str = ""
+    placement: str | None = None  # what placement reads of the spec (core/placement_projection.py)
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:
@@ -123,8 +143,9 @@ class JobRecord:
         origin = Origin(dag_id, run_id, task_id, map_index) if dag_id is not None else None
         return cls(**values, origin=origin)
 
-    @property
+    @cached_property
     def job_spec(self) -> JobSpec:
+        """The spec, validated once per record (a record is immutable; re-validating is what made a tick slow)."""
         return JobSpec.model_validate(self.spec)
 
     @property

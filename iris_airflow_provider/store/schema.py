@@ -51,6 +51,9 @@ jobs = sa.Table(
     sa.Column("submitted_at_ms", sa.BigInteger, nullable=False),
     sa.Column("scheduling_deadline_ms", sa.BigInteger, nullable=True),
     sa.Column("spec", Json, nullable=False),
+    # What placement reads of the spec (core/placement_projection.py), so the tick never parses a
+    # queued job's whole spec. NULL for rows admitted before it existed: their spec is parsed instead.
+    sa.Column("placement", sa.Text, nullable=True),
     sa.Column("error", sa.Text, nullable=False, server_default=""),
     sa.Column("exit_code", sa.Integer, nullable=True),
     sa.Column("started_at_ms", sa.BigInteger, nullable=True),
