@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from devtools.airflow_deployment import AirflowDeployment
 from devtools.browser import page_url, sign_in
@@ -25,6 +26,8 @@ from iris_airflow_provider.store.store import FederationStore
 from tests.e2e.conftest import ARTIFACTS
 from tests.e2e.jobs import admitted_job_of
 from tests.waiting import wait_for
+
+expect.set_options(timeout=30_000)  # as patient as the pages' own default timeout (a busy CI machine)
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
 _wait = partial(wait_for, timeout=90, interval=0.5)
@@ -145,34 +148,37 @@ def test_in_chromium_a_user_sees_meters_and_the_pending_reason_opens_the_job_and
     errors: list[str] = []
     page = _open_page(browser, deployment, "alice", "light", errors)
 
+    # The page loads its data after it renders: every check retries until it holds (or 30 s pass).
     meter = page.get_by_test_id("peer-cw-gb200").get_by_role("meter", name="gb200 on cw-gb200/default")
-    assert meter.get_attribute("aria-valuetext") == "0 of 4 gb200 free"
-    assert "held: production 4" in page.get_by_test_id("peer-cw-gb200").inner_text()
-    assert page.get_by_test_id("peer-cw-h100").get_by_role("meter").get_attribute("aria-valuenow") == "8"
+    expect(meter).to_have_attribute("aria-valuetext", "0 of 4 gb200 free")
+    expect(page.get_by_test_id("peer-cw-gb200")).to_contain_text("held: production 4")
+    expect(page.get_by_test_id("peer-cw-h100").get_by_role("meter")).to_have_attribute("aria-valuenow", "8")
     row = page.locator(f'tr[data-job-id="{scenario["pinned"]}"]')
-    assert row.get_by_test_id("pending-reason").inner_text() == PINNED_REASON
+    expect(row.get_by_test_id("pending-reason")).to_have_text(PINNED_REASON)
     page.screenshot(path=str(ARTIFACTS / "federation-page.png"), full_page=True)
 
     # The filters page on the server: pending jobs of bob leave the pinned job alone.
     page.get_by_label("State").select_option("pending")
     page.get_by_label("Submitter").select_option("bob")
     page.get_by_test_id("jobs-count").get_by_text("1\u20131 of 1").wait_for()
-    assert page.locator("tr[data-job-id]").count() == 1 and "state=pending" in page.url
+    expect(page.locator("tr[data-job-id]")).to_have_count(1)
+    assert "state=pending" in page.url
 
     row.get_by_role("link", name=scenario["pinned"]).click()
     detail = page.get_by_test_id("job-detail")
-    assert detail.get_by_test_id("detail-pending-reason").inner_text() == PINNED_REASON
+    expect(detail.get_by_test_id("detail-pending-reason")).to_have_text(PINNED_REASON)
     explanation = detail.get_by_test_id("explanation")
     explanation.get_by_text("Needs 4 gb200 on one backend", exact=False).first.wait_for()
-    assert "cw-gb200" in explanation.inner_text() and "matches" in explanation.inner_text()
-    assert "admitted" in detail.get_by_test_id("history").inner_text()
+    expect(explanation).to_contain_text("cw-gb200")
+    expect(explanation).to_contain_text("matches")
+    expect(detail.get_by_test_id("history")).to_contain_text("admitted")
     assert "job=" in page.url  # the detail is a link: /plugin/iris-federation?job=<job id>
     page.wait_for_timeout(400)  # the drawer's opening animation
     page.screenshot(path=str(ARTIFACTS / "job-detail.png"))
 
     detail.get_by_role("button", name="Cancel job").click()
     detail.get_by_role("button", name="Yes, cancel it").click()
-    assert detail.get_by_test_id("cancel-result").inner_text() == reasons.CANCELLED_BEFORE_HANDOFF
+    expect(detail.get_by_test_id("cancel-result")).to_have_text(reasons.CANCELLED_BEFORE_HANDOFF)
     detail.locator('[data-state="killed"]').wait_for()
     page.screenshot(path=str(ARTIFACTS / "job-cancelled.png"))
     detail.get_by_role("button", name="Close").click()
