@@ -22,7 +22,7 @@ def _federation(args: argparse.Namespace) -> Any:
 
     from iris_airflow_provider.cluster.build import build_federation
     from iris_airflow_provider.cluster.config import load_cluster_config
-    from iris_airflow_provider.hooks.runtime import cluster_config
+    from iris_airflow_provider.hooks.cluster_configuration import cluster_config
 
     # Airflow's logging writes to standard output, which --json keeps for the document alone.
     logging.getLogger("alembic").setLevel(logging.WARNING)

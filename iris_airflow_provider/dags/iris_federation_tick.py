@@ -16,7 +16,8 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Asset, AssetOrTimeSchedule, AssetWatcher, DeltaTriggerTimetable, task
 
-from iris_airflow_provider.hooks.runtime import cluster_config, default_conn_id
+from iris_airflow_provider.hooks.cluster_configuration import cluster_config
+from iris_airflow_provider.hooks.runtime import default_conn_id
 from iris_airflow_provider.triggers.wake import FederationWakeTrigger
 
 DAG_ID = "iris_federation_tick"

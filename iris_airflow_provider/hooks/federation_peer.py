@@ -18,6 +18,7 @@ from airflow.sdk import BaseHook
 from iris_airflow_provider.cluster.build import PeerEndpoint, build_peers
 from iris_airflow_provider.cluster.config import AirflowPeerConfig, ClusterConfig
 from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.hooks.cluster_configuration import cluster_config
 
 
 def peer_url(conn: Any) -> str:
@@ -56,8 +57,6 @@ class FederationPeerHook(BaseHook):
 
         The peer is the configured Airflow peer using this connection, else the one at the same URL:
         the button tests a copy of the form under a random connection id."""
-        from iris_airflow_provider.hooks.runtime import cluster_config
-
         try:
             config = cluster_config()
             endpoint = self.endpoint()

@@ -1,11 +1,9 @@
 """This process's federation: the cluster configuration, the store, backends and peers, built once.
 
 Read from the ``[iris_federation]`` configuration section (``AIRFLOW__IRIS_FEDERATION__*``): the
-cluster configuration from one of ``cluster_config`` (a file), ``cluster_config_json`` (the
-document inline) or ``cluster_config_variable`` (an Airflow Variable holding it; none: one local
-CPU backend, no peers), ``conn_id`` (the store's connection, ``iris_federation_default``) and
-``default_deferrable``. Each is read once per process: a changed configuration takes effect when
-the components restart.
+cluster configuration (``cluster_configuration``), ``conn_id`` (the store's connection,
+``iris_federation_default``) and ``default_deferrable``. Each is read once per process: a changed
+configuration takes effect when the components restart.
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from collections.abc import Callable
 from airflow.providers.common.compat.sdk import conf
 
 from iris_airflow_provider.cluster.build import build_federation
-from iris_airflow_provider.cluster.config import ClusterConfig, load_cluster_config, parse_cluster_config_text
-from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.hooks.cluster_configuration import SECTION, cluster_config, cluster_config_source
 from iris_airflow_provider.hooks.federation_peer import peer_endpoints
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
@@ -26,41 +23,10 @@ from iris_airflow_provider.services.peer_auth import PeerAuthenticator
 from iris_airflow_provider.services.receiver import Receiver
 from iris_airflow_provider.store.records import JobRecord
 
-SECTION = "iris_federation"
 DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
 
 _lock = threading.Lock()
 _federations: dict[tuple[str, str, str], Federation] = {}
-
-
-SOURCES = ("cluster_config", "cluster_config_json", "cluster_config_variable")
-
-
-def cluster_config_source() -> tuple[str, str]:
-    """Which option gives the cluster configuration, and its value; ``("", "")`` for the default."""
-    given = [(option, value) for option in SOURCES if (value := conf.get(SECTION, option, fallback="") or "")]
-    if len(given) > 1:
-        raise SpecError.single(
-            f"[{SECTION}]",
-            f"set one of {', '.join(SOURCES)} to give the cluster configuration, not "
-            f"{' and '.join(option for option, _ in given)}",
-        )
-    return given[0] if given else ("", "")
-
-
-def cluster_config() -> ClusterConfig:
-    option, value = cluster_config_source()
-    if option == "cluster_config_json":
-        return parse_cluster_config_text(value, source=f"[{SECTION}] cluster_config_json")
-    if option == "cluster_config_variable":
-        from airflow.providers.common.compat.sdk import Variable
-
-        source = f"Airflow Variable {value!r} ([{SECTION}] cluster_config_variable)"
-        text = Variable.get(value, default=None)
-        if text is None:
-            raise SpecError.single(source, "does not exist: create it with the cluster configuration")
-        return parse_cluster_config_text(text, source=source)
-    return load_cluster_config(value or None)
 
 
 def default_conn_id() -> str:

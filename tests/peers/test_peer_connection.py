@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from iris_airflow_provider.cluster.build import build_peers
 from iris_airflow_provider.cluster.config import parse_cluster_config
 from iris_airflow_provider.core.errors import SpecError
-from iris_airflow_provider.hooks import runtime
+from iris_airflow_provider.hooks import cluster_configuration
 from iris_airflow_provider.hooks.federation_peer import FederationPeerHook, peer_endpoints, peer_url
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.plugins.peer_api import app
@@ -45,7 +45,7 @@ def test_the_peer_is_reached_at_its_connections_url_with_the_key_in_its_password
 ) -> None:
     marin(monkeypatch, allow_insecure_http=True)
     connection(monkeypatch, url, MARIN_PRIVATE)
-    config = runtime.cluster_config()
+    config = cluster_configuration.cluster_config()
     assert config.federation.private_key == ""
     peers = build_peers(config, peer_endpoints(config))
     [backend] = peers["cw-east"].heartbeat()
