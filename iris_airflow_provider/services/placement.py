@@ -34,13 +34,19 @@ def configured_peer_states(store: PeerStateReads, peer_ids: Iterable[str]) -> li
     return [known.get(peer_id) or PeerState(peer_id, False, 0) for peer_id in peer_ids]
 
 
+def _leftovers(store: AbandonedStore) -> dict[str, set[str]]:
+    """Per job, the peers still to be told to drop an incarnation it left there."""
+    leftovers: dict[str, set[str]] = defaultdict(set)
+    for handoff in store.abandoned_handoffs():
+        leftovers[handoff.job_id].add(handoff.peer_id)
+    return leftovers
+
+
 def queued_candidates(store: AbandonedStore, queued: Iterable[JobRecord], now_ms: int) -> list[Candidate]:
     """Queued jobs as the placement pass sees them at ``now_ms``. A job avoids the peers it was
     requeued from for a while, and any peer still to be told to drop what it left there: a new
     delivery would meet that earlier incarnation still running."""
-    leftovers: dict[str, set[str]] = defaultdict(set)
-    for handoff in store.abandoned_handoffs():
-        leftovers[handoff.job_id].add(handoff.peer_id)
+    leftovers = _leftovers(store)
     return [
         Candidate.from_job(
             job.job_spec, job.submitted_at_ms, {*job.avoided_peer_ids(now_ms), *leftovers.get(job.job_id, ())}
@@ -53,14 +59,10 @@ def projected_candidates(store: PlacementStore, now_ms: int) -> list[Candidate]:
     """What :func:`queued_candidates` gives for every queued job, read from the columns placement
     needs (:mod:`iris_airflow_provider.core.placement_projection`) instead of parsing each spec. A
     row from before the projection existed has its spec parsed."""
-    leftovers: dict[str, set[str]] = defaultdict(set)
-    for handoff in store.abandoned_handoffs():
-        leftovers[handoff.job_id].add(handoff.peer_id)
+    leftovers = _leftovers(store)
     candidates = []
     for job in store.queued_for_placement():
-        avoided: Iterable[str] = job.avoided_peer_ids(now_ms) if job.avoided_peers else ()
-        if job.job_id in leftovers:
-            avoided = {*avoided, *leftovers[job.job_id]}
+        avoided = {*job.avoided_peer_ids(now_ms), *leftovers.get(job.job_id, ())}
         if job.placement is None:
             spec = JobSpec.model_validate(job.spec)
             candidates.append(Candidate.from_job(spec, job.submitted_at_ms, avoided))

@@ -77,6 +77,11 @@ def job_values(row: Mapping[Any, Any]) -> dict[str, Any]:
     return {name: _DECODE[name](value) if name in _DECODE else value for name, value in row.items()}
 
 
+def avoided_until(avoided_peers: Mapping[str, int], now_ms: int) -> list[str]:
+    """The peers of ``avoided_peers`` (peer -> until when, ms) still avoided at ``now_ms``."""
+    return sorted(peer for peer, until in avoided_peers.items() if until > now_ms)
+
+
 class QueuedJob(NamedTuple):
     """A queued job as the tick reads it: the columns placement needs, not the spec (a named tuple:
     one is made per queued job on every tick)."""
@@ -91,7 +96,7 @@ class QueuedJob(NamedTuple):
 
     def avoided_peer_ids(self, now_ms: int) -> list[str]:
         """The peers this job must not be placed on at ``now_ms``."""
-        return sorted(peer for peer, until in (self.avoided_peers or {}).items() if until > now_ms)
+        return avoided_until(self.avoided_peers or {}, now_ms)
 
 
 # Not slotted: ``job_spec`` caches its parse in the instance's ``__dict__``.
@@ -171,7 +176,7 @@ class JobRecord:
 
     def avoided_peer_ids(self, now_ms: int) -> list[str]:
         """The peers this job must not be placed on at ``now_ms``."""
-        return sorted(peer for peer, until in self.avoided_peers.items() if until > now_ms)
+        return avoided_until(self.avoided_peers, now_ms)
 
     @property
     def cancel_requested(self) -> bool:
