@@ -45,7 +45,17 @@ if __package__ in (None, ""):  # run as ``python bench/tick_bench.py``: make the
 
 import sqlalchemy as sa
 
-from bench.placement_bench import BANDS, NOW_MS, REGIONS, STALENESS_MS, Case, _weighted, environment, generate
+from bench.placement_bench import (
+    BANDS,
+    NOW_MS,
+    REGIONS,
+    STALENESS_MS,
+    Case,
+    _best_of,
+    _weighted,
+    environment,
+    generate,
+)
 from iris_airflow_provider.backends.base import JobReport, LogChunk
 from iris_airflow_provider.cluster.config import parse_cluster_config
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
@@ -207,20 +217,6 @@ def time_steps(fed: Federation) -> dict[str, float]:
     return spent
 
 
-def _best_of(runs: int, call: Callable[[], Any]) -> tuple[float, Any]:
-    best, result = float("inf"), None
-    for _ in range(runs):
-        gc.collect()
-        gc.disable()
-        try:
-            started = time.perf_counter()
-            result = call()
-            best = min(best, time.perf_counter() - started)
-        finally:
-            gc.enable()
-    return best, result
-
-
 @dataclass
 class Row:
     store: str
@@ -261,7 +257,7 @@ def run_case(kind: str, case: Case, seed: int, repeat: int, directory: Path) -> 
         fed = federation(store, peers, directory)
         snapshot = PlacementSnapshot(tuple(candidates), tuple(heard), (), NOW_MS)
         rules = fed.placement_rules  # the tick's own rules (cap per peer, staleness, holding off)
-        pure_s, result = _best_of(repeat, lambda: place(snapshot, rules))
+        pure_s, result = _best_of(repeat, lambda: place(snapshot, rules), collect=False)
         expected = sorted(f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in result.promotions)
         steps = time_steps(fed)
         gc.collect()
@@ -274,7 +270,7 @@ def run_case(kind: str, case: Case, seed: int, repeat: int, directory: Path) -> 
         started = time.perf_counter()
         again = placement_snapshot(store, peer_ids, NOW_MS)
         read_s = time.perf_counter() - started
-        pure_next_s, result_next = _best_of(repeat, lambda: place(again, rules))
+        pure_next_s, result_next = _best_of(repeat, lambda: place(again, rules), collect=False)
         expected_next = sorted(f"{p.job_id}->{p.peer_id}/{p.backend_id or '*'}" for p in result_next.promotions)
         gc.collect()
         started = time.perf_counter()
