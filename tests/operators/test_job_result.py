@@ -14,7 +14,7 @@ import pytest
 
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.services.federation import Federation
-from tests.operators.test_resume import TaskStateStore, Try, WorkerDied, run_to_the_end, waits
+from tests.operators.test_resume import TaskStateStore, Try, die_in_its_wait, run_to_the_end, waits
 from tests.services.world import World
 
 RESULT = {"loss": 0.125, "checkpoint": "s3://ckpt/run 1/step-100", "tags": ["a", "é"]}
@@ -87,14 +87,7 @@ def test_a_reattaching_try_returns_the_same_result_and_a_new_incarnation_never_s
     job = {"job_id": "fixed", "command": world.held("go", before=WRITE_RESULT)}
     dying = attempt("manual__1", state_store, job)
 
-    def die() -> None:
-        raise WorkerDied
-
-    waits(monkeypatch, die)
-    with pytest.raises(WorkerDied):
-        dying.execute()
-    job_id = dying.operator.job_id
-    assert job_id is not None
+    job_id = die_in_its_wait(monkeypatch, dying)
     world.release("go")
     waits(monkeypatch, federation.tick)
     while not world.job(job_id).terminal:

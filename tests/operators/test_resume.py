@@ -108,6 +108,20 @@ def outcome(run: Any) -> tuple[str, Any]:
         return type(error).__name__, str(error)
 
 
+def die_in_its_wait(monkeypatch: pytest.MonkeyPatch, attempt: Try) -> str:
+    """Run ``attempt`` until its worker dies while it waits on its job; the job's id."""
+
+    def die() -> None:
+        raise WorkerDied
+
+    waits(monkeypatch, die)
+    with pytest.raises(WorkerDied):
+        attempt.execute()
+    job_id = attempt.operator.job_id
+    assert job_id is not None
+    return job_id
+
+
 def run_to_the_end(attempt: Try, deferrable: bool, store: FederationStore) -> tuple[str, Any]:
     if not deferrable:
         return outcome(attempt.execute)
@@ -155,15 +169,8 @@ def test_a_try_that_reconnects_after_its_worker_died_ends_like_a_first_run(
     # The same task in another run: its first try dies in its wait, the job still running.
     state_store = TaskStateStore()
     dying = Try("manual__2", 1, state_store, job=job("second"), wait_for="completion", deferrable=False)
-
-    def die() -> None:
-        raise WorkerDied
-
-    waits(monkeypatch, die)
-    with pytest.raises(WorkerDied):
-        dying.execute()
-    job_id = dying.operator.job_id
-    assert job_id is not None and state_store.values == {"iris_federation_job": job_id}
+    job_id = die_in_its_wait(monkeypatch, dying)
+    assert state_store.values == {"iris_federation_job": job_id}
     assert world.job(job_id).state in (JobState.PENDING, JobState.RUNNING)
 
     # Its second try reconnects (the mixin finds the job active), then the job ends.
@@ -191,14 +198,7 @@ def test_a_try_that_finds_its_job_already_succeeded_returns_its_result_and_ids(
     state_store = TaskStateStore()
     dying = Try("manual__1", 1, state_store, job={"command": world.held("go")}, deferrable=False)
 
-    def die() -> None:
-        raise WorkerDied
-
-    waits(monkeypatch, die)
-    with pytest.raises(WorkerDied):
-        dying.execute()
-    job_id = dying.operator.job_id
-    assert job_id is not None
+    job_id = die_in_its_wait(monkeypatch, dying)
     world.release("go")
     waits(monkeypatch, federation.tick)
     while not world.job(job_id).terminal:
