@@ -30,34 +30,22 @@ def _run(name: str, command: Callable[[argparse.Namespace], Report], args: argpa
         raise SystemExit(report.exit_code)
 
 
-@suppress_logs_and_warning
-@providers_configuration_loaded
-def list_peers(args: argparse.Namespace) -> None:
-    _run("list-peers", store_commands.list_peers, args)
+def _store_command(name: str, command: Callable[[argparse.Namespace], Report]) -> Callable[[argparse.Namespace], None]:
+    """A command on this deployment's store: it needs the providers' configuration ([iris_federation])."""
+
+    @suppress_logs_and_warning
+    @providers_configuration_loaded
+    def run(args: argparse.Namespace) -> None:
+        _run(name, command, args)
+
+    return run
 
 
-@suppress_logs_and_warning
-@providers_configuration_loaded
-def jobs(args: argparse.Namespace) -> None:
-    _run("jobs", store_commands.jobs, args)
-
-
-@suppress_logs_and_warning
-@providers_configuration_loaded
-def describe(args: argparse.Namespace) -> None:
-    _run("describe", store_commands.describe, args)
-
-
-@suppress_logs_and_warning
-@providers_configuration_loaded
-def explain(args: argparse.Namespace) -> None:
-    _run("explain", store_commands.explain, args)
-
-
-@suppress_logs_and_warning
-@providers_configuration_loaded
-def cancel(args: argparse.Namespace) -> None:
-    _run("cancel", store_commands.cancel, args)
+list_peers = _store_command("list-peers", store_commands.list_peers)
+jobs = _store_command("jobs", store_commands.jobs)
+describe = _store_command("describe", store_commands.describe)
+explain = _store_command("explain", store_commands.explain)
+cancel = _store_command("cancel", store_commands.cancel)
 
 
 @suppress_logs_and_warning
