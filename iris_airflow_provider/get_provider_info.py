@@ -113,31 +113,37 @@ def get_provider_info() -> dict[str, Any]:
         # The connection form, declared here because Airflow 3.3 builds it from metadata without
         # importing the hook (a hook's get_ui_field_behaviour needs wtforms, absent by default).
         "connection-types": [
-            {
-                "hook-class-name": "iris_airflow_provider.hooks.federation_store.FederationStoreHook",
-                "hook-name": "Iris Federation Store",
-                "connection-type": "irisfederation",
-                "ui-field-behaviour": {
-                    "hidden-fields": ["schema", "login", "port", "extra"],
-                    "relabeling": {"host": "SQLAlchemy URL", "password": "Password (if not in the URL)"},
-                    "placeholders": {
-                        "host": "postgresql://iris@db.example.com:5432/iris_federation",
-                        "password": "kept encrypted, or in a secrets backend",
-                    },
-                },
-            },
-            {
-                "hook-class-name": "iris_airflow_provider.hooks.federation_peer.FederationPeerHook",
-                "hook-name": "Iris Federation Peer",
-                "connection-type": "irisfederationpeer",
-                "ui-field-behaviour": {
-                    "hidden-fields": ["schema", "login", "port", "extra"],
-                    "relabeling": {"host": "Peer URL", "password": "This cluster's private key (Ed25519 PEM)"},
-                    "placeholders": {
-                        "host": "https://airflow.cw-east.example.com",
-                        "password": "kept encrypted, or in a secrets backend",
-                    },
-                },
-            },
+            _host_and_secret_form(
+                "iris_airflow_provider.hooks.federation_store.FederationStoreHook",
+                "Iris Federation Store",
+                "irisfederation",
+                host=("SQLAlchemy URL", "postgresql://iris@db.example.com:5432/iris_federation"),
+                password="Password (if not in the URL)",
+            ),
+            _host_and_secret_form(
+                "iris_airflow_provider.hooks.federation_peer.FederationPeerHook",
+                "Iris Federation Peer",
+                "irisfederationpeer",
+                host=("Peer URL", "https://airflow.cw-east.example.com"),
+                password="This cluster's private key (Ed25519 PEM)",
+            ),
         ],
+    }
+
+
+def _host_and_secret_form(
+    hook_class: str, hook_name: str, connection_type: str, *, host: tuple[str, str], password: str
+) -> dict[str, Any]:
+    """A connection type whose form keeps only the host (``host``: its label and an example) and the
+    password (its label), kept encrypted like any connection password."""
+    label, example = host
+    return {
+        "hook-class-name": hook_class,
+        "hook-name": hook_name,
+        "connection-type": connection_type,
+        "ui-field-behaviour": {
+            "hidden-fields": ["schema", "login", "port", "extra"],
+            "relabeling": {"host": label, "password": password},
+            "placeholders": {"host": example, "password": "kept encrypted, or in a secrets backend"},
+        },
     }

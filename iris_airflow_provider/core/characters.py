@@ -45,6 +45,16 @@ def describe_refused(characters: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+def value_problem(refused: list[str], size: int, limit: int, unit: str) -> str | None:
+    """What an error says of a value holding ``refused`` characters or ``size`` over ``limit``
+    ``unit`` (``"is longer than 256 characters"``), or None if neither."""
+    if refused:
+        return f"holds {describe_refused(refused)}"
+    if size > limit:
+        return f"is longer than {limit} {unit}"
+    return None
+
+
 def shown_value(value: str, limit: int = 80) -> str:
     """``value`` as an error may quote it: escaped (``repr``) and cut to ``limit`` characters."""
     return repr(value if len(value) <= limit else value[:limit] + "...")

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from iris_airflow_provider.core.characters import describe_refused, refused_in_name
+from iris_airflow_provider.core.characters import refused_in_name, value_problem
 from iris_airflow_provider.core.constraints import (
     Constraint,
     ConstraintError,
@@ -109,12 +109,7 @@ class ConstraintSpec(StrictModel):
 
 
 def _name_problem(value: str) -> str | None:
-    refused = refused_in_name(value)
-    if refused:
-        return f"holds {describe_refused(refused)}"
-    if len(value) > MAX_NAME_LENGTH:
-        return f"is longer than {MAX_NAME_LENGTH} characters"
-    return None
+    return value_problem(refused_in_name(value), len(value), MAX_NAME_LENGTH, "characters")
 
 
 def _raw_value_problem(raw: RawValue) -> str | None:

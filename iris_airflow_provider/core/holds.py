@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from iris_airflow_provider.core.ledger import BackendKey
 from iris_airflow_provider.core.placement_index import Tracked
-
-BackendKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)

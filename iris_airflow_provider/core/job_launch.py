@@ -23,7 +23,13 @@ from collections.abc import Mapping, Sequence
 
 from pydantic_core import PydanticCustomError
 
-from iris_airflow_provider.core.characters import describe_refused, refused_in_name, refused_in_text, utf8_length
+from iris_airflow_provider.core.characters import (
+    describe_refused,
+    refused_in_name,
+    refused_in_text,
+    utf8_length,
+    value_problem,
+)
 from iris_airflow_provider.core.limits import (
     MAX_ARGUMENT_BYTES,
     MAX_ENV_NAME_LENGTH,
@@ -92,21 +98,12 @@ def check_env(env: Mapping[str, str], command: Sequence[str] | None) -> Mapping[
 
 
 def _text_problem(text: str) -> str | None:
-    refused = refused_in_text(text)
-    if refused:
-        return f"holds {describe_refused(refused)}"
-    if utf8_length(text) > MAX_ARGUMENT_BYTES:
-        return f"is longer than {MAX_ARGUMENT_BYTES} bytes"
-    return None
+    return value_problem(refused_in_text(text), utf8_length(text), MAX_ARGUMENT_BYTES, "bytes")
 
 
 def _variable_problem(name: str, value: str) -> str | None:
-    refused = refused_in_text(value)
-    if refused:
-        return f"holds {describe_refused(refused)}"
-    if utf8_length(f"{name}={value}") > MAX_ARGUMENT_BYTES:
-        return f"is longer than {MAX_ARGUMENT_BYTES} bytes with its name"
-    return None
+    size = utf8_length(f"{name}={value}")
+    return value_problem(refused_in_text(value), size, MAX_ARGUMENT_BYTES, "bytes with its name")
 
 
 def _joined(problems: list[str]) -> str:

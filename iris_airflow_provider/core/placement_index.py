@@ -168,11 +168,16 @@ def choose_gated(
                 if best_key is None or option_key < best_key:
                     best, best_key = option, option_key
         if dropped:
-            opts.tracked = [o for o in opts.tracked if promoted[o.peer] < cap and o.held_by is None]
+            _forget_unusable(opts, promoted, cap)
         if best is not None:
             return best
         opts.bound = ceiling
     return _first_shape_only(opts, promoted, cap) if opts.shape_only else None
+
+
+def _forget_unusable(opts: Options, promoted: list[int], cap: int) -> None:
+    """Drop the options whose peer reached its cap or that a hold took: neither comes back in this pass."""
+    opts.tracked = [o for o in opts.tracked if promoted[o.peer] < cap and o.held_by is None]
 
 
 def _first_shape_only(opts: Options, promoted: list[int], cap: int) -> tuple[int, str, str] | None:
@@ -208,7 +213,7 @@ def choose_ungated(
         if best is None or load < best_load:
             best, best_load = option, load
     if dropped:
-        opts.tracked = [o for o in opts.tracked if promoted[o.peer] < cap and o.held_by is None]
+        _forget_unusable(opts, promoted, cap)
     if best is not None:
         return best
     chosen: tuple[int, str, str] | None = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -43,16 +43,13 @@ from iris_airflow_provider.peers.wire import (
     SyncResponse,
     TerminateRequest,
 )
+from iris_airflow_provider.plugins.private_app import private_app
 from iris_airflow_provider.plugins.request_body import BodyTooLargeError, documented_body, read_body
 from iris_airflow_provider.services.receiver import Receiver
 
-app = FastAPI(
-    title="Iris federation peer API",
-    description="Heartbeat, handoff, sync, terminate and logs between federated Airflow deployments.",
-    version="1",
-    docs_url=None,
-    redoc_url=None,
-    openapi_url=None,  # served below, to authenticated peers only
+app = private_app(
+    "Iris federation peer API",
+    "Heartbeat, handoff, sync, terminate and logs between federated Airflow deployments.",
 )
 
 Body = TypeVar("Body", bound=BaseModel)

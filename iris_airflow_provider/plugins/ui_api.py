@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -49,6 +49,7 @@ from iris_airflow_provider.core.job_ids import JobKey as ValidJobId
 from iris_airflow_provider.core.states import Direction, JobState
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.plugins.job_documents import job_dag
+from iris_airflow_provider.plugins.private_app import private_app
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.queries import JobFilter, JobScope, MonitoringQueries
 from iris_airflow_provider.store.records import JobRecord
@@ -72,13 +73,9 @@ def bundle_url() -> str:
     return f"{UI_PREFIX.lstrip('/')}/static/{BUNDLE}?v={digest}"
 
 
-app = FastAPI(
-    title="Iris federation UI API",
-    description="Peers, jobs, explanations and cancel for the Federation page and scripts (Airflow token required).",
-    version="1",
-    docs_url=None,
-    redoc_url=None,
-    openapi_url=None,  # served below, to signed-in users only
+app = private_app(
+    "Iris federation UI API",
+    "Peers, jobs, explanations and cancel for the Federation page and scripts (Airflow token required).",
 )
 app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
