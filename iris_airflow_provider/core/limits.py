@@ -55,6 +55,7 @@ MAX_EXEC_BYTES = 2**20
 MAX_IMAGE_LENGTH = 1024
 MAX_NAME_LENGTH = 256
 MAX_REGIONS = 64
+MAX_PREFERRED_VARIANTS = 16  # device variants a job may prefer room for (core/model.py ``prefer``)
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_VALUES = 256
 MAX_FILES = 256

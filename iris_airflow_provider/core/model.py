@@ -44,6 +44,7 @@ from iris_airflow_provider.core.limits import (
     MAX_CONSTRAINTS,
     MAX_ENV_VARIABLES,
     MAX_NAME_LENGTH,
+    MAX_PREFERRED_VARIANTS,
     MAX_REGIONS,
     START_TIMEOUT,
 )
@@ -96,11 +97,19 @@ class JobSpec(StrictModel):
         description=f'shorthand for a region constraint; ["{ANY_REGION}"] means any region',
     )
     priority_band: Band = DEFAULT_BAND
+    # Device variants the job prefers free room for without taking any (a coordinator whose children
+    # will need them): a placement tie-break, never a gate, never reserved (core/placement.py).
+    prefer: tuple[str, ...] = Field(
+        default=(),
+        max_length=MAX_PREFERRED_VARIANTS,
+        description="device variants to land near, lowercased (e.g. h100); placement only",
+    )
     target_cluster: str = Field(default="", validate_default=True)
     parent_job_id: str | None = None  # must equal the job id's parent path, so the id's rule holds for it
     scheduling_deadline_ms: Deadline | None = Field(default=None, description="epoch milliseconds")
-    # The parent's lifecycle settings (core/peer_loss.py, core/start_timeout.py): never sent to a peer.
-    parent_only: ClassVar[frozenset[str]] = frozenset({"on_peer_lost", "start_timeout_seconds"})
+    # The parent's own settings (core/peer_loss.py, core/start_timeout.py, placement's ``prefer``):
+    # never sent to a peer.
+    parent_only: ClassVar[frozenset[str]] = frozenset({"on_peer_lost", "start_timeout_seconds", "prefer"})
     on_peer_lost: Literal["fail", "requeue"] = Field(default="fail", description="a running job's lost peer")
     start_timeout_seconds: StartTimeout | None = Field(default=None, description="default: the cluster's; 0: off")
 
@@ -153,6 +162,14 @@ class JobSpec(StrictModel):
         if ANY_REGION in cleaned and len(cleaned) > 1:
             raise ValueError(f'"{ANY_REGION}" (any region) cannot be combined with named regions')
         return cleaned
+
+    @field_validator("prefer")
+    @classmethod
+    def _prefer(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        cleaned = tuple(_short_name(v, "a device variant such as h100").strip().lower() for v in value)
+        if any(not v for v in cleaned):
+            raise ValueError("must list device variants such as h100; an empty name prefers nothing")
+        return tuple(dict.fromkeys(cleaned))  # once each, in the order given
 
     @field_validator("target_cluster")
     @classmethod

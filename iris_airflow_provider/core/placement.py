@@ -11,9 +11,12 @@ Rules (the reference's ``assign_queued``, plus where DESIGN.md goes beyond it):
   gated job (``replicas x count`` of a concrete GPU variant), the backend's free amount plus what
   strictly lower bands hold there covers the gate. Availability is per backend, never summed;
 - best first: a backend whose capacity is visible over a shape-only one; no preemption over
-  preemption; the tightest fit; for ungated jobs, the peer with the fewest jobs in flight from this
-  cluster plus promotions so far in this pass (spreading that lasts across ticks); then peer id,
-  then backend id;
+  preemption; the tightest fit; the most room for the device variants the job prefers
+  (``prefer``: their amounts available at its band, free plus what lower bands hold, net of
+  reservations; a shape-only backend or one reporting none reads 0); for ungated jobs, the peer
+  with the fewest jobs in flight from this cluster plus promotions so far in this pass (spreading
+  that lasts across ticks); then peer id, then backend id. A preference never blocks a placement
+  and is never reserved;
 - a job never goes to a peer it currently avoids (one that recently failed to take it);
 - a pinned job only goes to its peer, and is force-routed there (backend ``""``) when the peer
   advertises no matching backend; so is a job without routing constraints on a peer with no
@@ -56,6 +59,7 @@ from iris_airflow_provider.core.placement_index import (
     Tracked,
     build_options,
     choose_gated,
+    choose_preferring,
     choose_ungated,
 )
 
@@ -76,6 +80,8 @@ class Candidate:
     deadline_ms: int | None = None
     # Peers this job must not go to now: they recently failed to take it (requeued from them).
     avoided_peer_ids: frozenset[str] = frozenset()
+    # Device variants it prefers room for (``JobSpec.prefer``): a tie-break, never a gate.
+    prefer: tuple[str, ...] = ()
 
     @classmethod
     def from_job(cls, job: JobSpec, submitted_at_ms: int, avoided_peer_ids: Iterable[str] = ()) -> Candidate:
@@ -88,6 +94,7 @@ class Candidate:
             gate=tuple(sorted(job.gate.items())),
             deadline_ms=job.scheduling_deadline_ms,
             avoided_peer_ids=frozenset(avoided_peer_ids),
+            prefer=job.prefer,
         )
 
     def queue_key(self) -> tuple[int, int, str]:
@@ -217,7 +224,14 @@ def plan(
         tokens = gate_tokens.get(candidate.gate)
         if tokens is None:
             tokens = gate_tokens[candidate.gate] = tuple(token for token, _ in candidate.gate)
-        class_key = (candidate.shape, candidate.pinned_peer_id, candidate.band, tokens, candidate.avoided_peer_ids)
+        class_key = (
+            candidate.shape,
+            candidate.pinned_peer_id,
+            candidate.band,
+            tokens,
+            candidate.avoided_peer_ids,
+            candidate.prefer,
+        )
         opts = options.get(class_key)
         return opts if opts is not None else build(candidate, class_key, tokens)
 
@@ -237,6 +251,7 @@ def plan(
             max_per_peer,
             shapeless=not candidate.shape,
             pin=candidate.pinned_peer_id,
+            every_backend=bool(candidate.prefer),
         )
         return opts
 
@@ -277,15 +292,23 @@ def plan(
         tokens = gate_tokens.get(gate)
         if tokens is None:
             tokens = gate_tokens[gate] = tuple(token for token, _ in gate)
-        class_key = (candidate.shape, candidate.pinned_peer_id, candidate.band, tokens, candidate.avoided_peer_ids)
+        class_key = (
+            candidate.shape,
+            candidate.pinned_peer_id,
+            candidate.band,
+            tokens,
+            candidate.avoided_peer_ids,
+            candidate.prefer,
+        )
         opts = options.get(class_key)
         if opts is None:
             opts = build(candidate, class_key, tokens)
-        choice = (
-            choose_gated(candidate, opts, promoted, max_per_peer)
-            if gate
-            else choose_ungated(opts, promoted, active, max_per_peer)
-        )
+        if gate:
+            choice = choose_gated(candidate, opts, promoted, max_per_peer)
+        elif candidate.prefer:
+            choice = choose_preferring(candidate, opts, promoted, active, max_per_peer)
+        else:
+            choice = choose_ungated(opts, promoted, active, max_per_peer)
         if choice is None:
             pending.append(Pending(candidate.job_id, queued_reason(candidate.pinned_peer_id)))
             if reserve_after_ms and eligible(candidate):

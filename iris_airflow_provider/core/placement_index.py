@@ -33,13 +33,17 @@ class _Band(Protocol):
 
 
 class GatedCandidate(Protocol):
-    """What the choice reads of a candidate (``placement.Candidate``)."""
+    """What the choice reads of a candidate (``placement.Candidate``); ungated ones with a preference
+    are read the same way."""
 
     @property
     def gate(self) -> tuple[tuple[str, int], ...]: ...
 
     @property
     def band(self) -> _Band: ...
+
+    @property
+    def prefer(self) -> tuple[str, ...]: ...
 
 
 @dataclass(slots=True)
@@ -99,11 +103,13 @@ def build_options(
     *,
     shapeless: bool,
     pin: str,
+    every_backend: bool = False,
 ) -> Options:
     """A class's options on ``per_peer`` (already narrowed to its pin and the peers it may use).
 
     A peer that advertises no matching backend is a force-route target ("") for a job without
-    routing constraints, or for a job pinned to it.
+    routing constraints, or for a job pinned to it. ``every_backend``: an ungated class tracks every
+    backend of a peer, not only its first (a preference may pick any of them).
     """
     gated = bool(tokens)
     tracked: list[Tracked] = []
@@ -115,7 +121,7 @@ def build_options(
             holdable += peer.tracked
         if promoted[peer.index] >= cap:
             continue  # capped for the rest of the pass
-        if gated:
+        if gated or every_backend:
             tracked += peer.tracked
         else:
             free = [option for option in peer.tracked if option.held_by is None]
@@ -132,9 +138,10 @@ def build_options(
 def choose_gated(
     candidate: GatedCandidate, opts: Options, promoted: list[int], cap: int
 ) -> Tracked | tuple[int, str, str] | None:
-    """Best first: no preemption over preemption, the tightest fit, peer id, backend id; a
-    shape-only target only when no tracked one fits."""
+    """Best first: no preemption over preemption, the tightest fit, the most room for what it
+    prefers, peer id, backend id; a shape-only target only when no tracked one fits."""
     gate = candidate.gate
+    prefer = candidate.prefer
     bound = opts.bound
     for token, need in gate:
         if need > bound[token]:  # more than any of the class's options can still offer
@@ -142,7 +149,7 @@ def choose_gated(
     else:
         rank = candidate.band.rank
         best: Tracked | None = None
-        best_key: tuple[bool, int, str, str] | None = None
+        best_key: tuple[bool, int, int, str, str] | None = None
         ceiling = dict.fromkeys(opts.bound, -1)
         dropped = False
         for option in opts.tracked:
@@ -164,7 +171,8 @@ def choose_gated(
                     if capacity.free.get(token, 0) < need:
                         preempts = True
             if fits:
-                option_key = (preempts, remaining, option.peer_id, option.backend_id)
+                room = -_room(capacity, prefer, rank) if prefer else 0
+                option_key = (preempts, remaining, room, option.peer_id, option.backend_id)
                 if best_key is None or option_key < best_key:
                     best, best_key = option, option_key
         if dropped:
@@ -216,7 +224,48 @@ def choose_ungated(
         _forget_unusable(opts, promoted, cap)
     if best is not None:
         return best
+    return _least_loaded_shape_only(opts, promoted, active, cap)
+
+
+def choose_preferring(
+    candidate: GatedCandidate, opts: Options, promoted: list[int], active: Sequence[int], cap: int
+) -> Tracked | tuple[int, str, str] | None:
+    """An ungated job that prefers room for some device variants (its class tracks every backend):
+    the most room for them at its band, then the least-loaded peer, peer id, backend id; a tracked
+    backend over a shape-only one."""
+    prefer = candidate.prefer
+    rank = candidate.band.rank
+    best: Tracked | None = None
+    best_key: tuple[int, int, str, str] | None = None
+    dropped = False
+    for option in opts.tracked:
+        peer = option.peer
+        if promoted[peer] >= cap or option.held_by is not None:
+            dropped = True
+            continue
+        key = (-_room(option.capacity, prefer, rank), active[peer] + promoted[peer], option.peer_id, option.backend_id)
+        if best_key is None or key < best_key:
+            best, best_key = option, key
+    if dropped:
+        _forget_unusable(opts, promoted, cap)
+    if best is not None:
+        return best
+    return _least_loaded_shape_only(opts, promoted, active, cap)
+
+
+def _room(capacity: WorkingCapacity, prefer: Sequence[str], rank: int) -> int:
+    """How much of the preferred variants a job at ``rank`` could reach on a backend now (free plus
+    what lower bands hold, after this pass's spending and the reservations); 0 for one it does not report."""
+    return sum(capacity.available(token, rank) for token in prefer)
+
+
+def _least_loaded_shape_only(
+    opts: Options, promoted: list[int], active: Sequence[int], cap: int
+) -> tuple[int, str, str] | None:
+    """The shape-only target on the peer with the fewest jobs in flight plus promotions, then the
+    lowest peer id (they are sorted by peer id)."""
     chosen: tuple[int, str, str] | None = None
+    best_load = 0
     for target in opts.shape_only:
         peer = target[0]
         if promoted[peer] < cap and (chosen is None or active[peer] + promoted[peer] < best_load):

@@ -20,31 +20,33 @@ from iris_airflow_provider.core.placement import Candidate
 
 PROJECTION_VERSION = 1
 
-Projected = tuple[str, tuple[Constraint, ...], tuple[tuple[str, int], ...]]  # pin, routing, gate
+# pin, routing, gate, preferred variants
+Projected = tuple[str, tuple[Constraint, ...], tuple[tuple[str, int], ...], tuple[str, ...]]
 
 
 def projection(spec: JobSpec) -> str:
-    """The pin, routing constraints and gate of ``spec``, as the store keeps them (compact JSON)."""
-    return json.dumps(
-        {
-            "v": PROJECTION_VERSION,
-            "pin": spec.pin,
-            "routing": [[c.key, c.op.value, list(c.values)] for c in spec.routing],
-            "gate": sorted(spec.gate.items()),
-        },
-        separators=(",", ":"),
-    )
+    """The pin, routing constraints, gate and preference of ``spec``, as the store keeps them
+    (compact JSON; ``prefer`` only when there is one, so projections written before it read the same)."""
+    fields: dict[str, object] = {
+        "v": PROJECTION_VERSION,
+        "pin": spec.pin,
+        "routing": [[c.key, c.op.value, list(c.values)] for c in spec.routing],
+        "gate": sorted(spec.gate.items()),
+    }
+    if spec.prefer:
+        fields["prefer"] = list(spec.prefer)
+    return json.dumps(fields, separators=(",", ":"))
 
 
 @lru_cache(maxsize=65_536)
 def parse_projection(text: str) -> Projected:
-    """The pin, routing constraints and gate a :func:`projection` holds (memoized: shapes repeat)."""
+    """What a :func:`projection` holds (memoized: shapes repeat)."""
     raw = json.loads(text)
     if raw.get("v") != PROJECTION_VERSION:
         raise ValueError(f"placement projection version {raw.get('v')!r}; accepted: {PROJECTION_VERSION}")
     routing = tuple(Constraint(key, Op(op), tuple(values)) for key, op, values in raw["routing"])
     gate = tuple((token, int(amount)) for token, amount in raw["gate"])
-    return raw["pin"], routing, gate
+    return raw["pin"], routing, gate, tuple(raw.get("prefer", ()))
 
 
 @lru_cache(maxsize=16)
@@ -66,7 +68,7 @@ def candidate(
 ) -> Candidate:
     """The queued job as placement sees it, from its stored columns and projection: the same
     :class:`Candidate` as ``Candidate.from_job`` of its parsed spec."""
-    pin, routing, gate = parse_projection(text)
+    pin, routing, gate, prefer = parse_projection(text)
     return Candidate(
         job_id=job_id,
         band=band_of(priority_band),
@@ -76,4 +78,5 @@ def candidate(
         gate=gate,
         deadline_ms=deadline_ms,
         avoided_peer_ids=frozenset(avoided_peer_ids),
+        prefer=prefer,
     )

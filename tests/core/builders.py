@@ -67,6 +67,7 @@ def job(
     pin: str = "",
     deadline: int | None = None,
     constraints: list[dict[str, Any]] | None = None,
+    prefer: list[str] | None = None,
 ) -> Candidate:
     spec = parse_job(
         {
@@ -79,6 +80,7 @@ def job(
             "target_cluster": pin,
             "scheduling_deadline_ms": deadline,
             "constraints": constraints or [],
+            "prefer": prefer or [],
         }
     )
     return Candidate.from_job(spec, submitted)

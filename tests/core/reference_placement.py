@@ -82,24 +82,26 @@ def reference_plan(
                 if key in held_by:
                     continue  # held for a job earlier in the queue
                 if key not in free:
-                    option = (True, False, 0, b.backend_id)
+                    option = (True, False, 0, 0, b.backend_id)
                 else:
-                    available = {
-                        t: free[key].get(t, 0) + sum(a.get(t, 0) for r, a in held[key].items() if r > rank)
-                        for t, _ in c.gate
-                    }
+
+                    def reach(t, key=key, rank=rank):
+                        return free[key].get(t, 0) + sum(a.get(t, 0) for r, a in held[key].items() if r > rank)
+
+                    available = {t: reach(t) for t, _ in c.gate}
                     if any(available[t] < n for t, n in c.gate):
                         continue
                     preempts = any(free[key].get(t, 0) < n for t, n in c.gate)
-                    option = (False, preempts, sum(available[t] - n for t, n in c.gate), b.backend_id)
+                    room = sum(reach(t) for t in c.prefer)  # what it prefers: a tie-break after the fit
+                    option = (False, preempts, sum(available[t] - n for t, n in c.gate), -room, b.backend_id)
                 if peer_best is None or option < peer_best:
                     peer_best = option
             if peer_best is None and not matching and (not c.shape or c.pinned_peer_id == peer.peer_id):
-                peer_best = (True, False, 0, "")
+                peer_best = (True, False, 0, 0, "")
             if peer_best is None:
                 continue
             spread = 0 if c.gate else active.get(peer.peer_id, 0) + promoted[peer.peer_id]
-            ranked = (*peer_best[:3], spread, peer.peer_id, peer_best[3])
+            ranked = (*peer_best[:4], spread, peer.peer_id, peer_best[4])
             if best is None or ranked < best:
                 best = ranked
         if best is None:
@@ -111,7 +113,7 @@ def reference_plan(
                     held_by[hold[1], hold[2]] = c.job_id
                     holds.append(hold)
             continue
-        shape_only, preempts, _, _, peer_id, backend_id = best
+        shape_only, preempts, _, _, _, peer_id, backend_id = best
         key = (peer_id, backend_id)
         promoted[peer_id] += 1
         if not shape_only:

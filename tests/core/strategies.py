@@ -83,6 +83,8 @@ def candidates(draw: st.DrawFn, index: int, peer_ids: list[str]) -> Candidate:
     pin = draw(st.sampled_from(["", "", "", "", "", "", *peer_ids, "ghost"]))
     deadline = draw(st.sampled_from([None] * 8 + [NOW - 1, NOW, NOW + 1]))
     avoided = draw(st.sampled_from([[]] * 6 + [[p] for p in peer_ids] + [peer_ids]))
+    # Mostly no preference; else room for one or two variants, now and then one nobody reports.
+    prefer = draw(st.sampled_from([()] * 4 + [(v,) for v in VARIANTS] + [("h100", "a100"), ("zz9",)]))
     return Candidate(
         job_id=f"/u/job-{index}",
         band=draw(st.sampled_from(list(Band))),
@@ -92,6 +94,7 @@ def candidates(draw: st.DrawFn, index: int, peer_ids: list[str]) -> Candidate:
         gate=gate,
         deadline_ms=deadline,
         avoided_peer_ids=frozenset(avoided),
+        prefer=prefer,
     )
 
 
@@ -155,6 +158,7 @@ def contended_states(draw: st.DrawFn) -> dict:
             submitted_at_ms=draw(st.integers(0, 3)),
             shape=shape,
             gate=(("h100", draw(st.sampled_from([1, 2, 4, 8, 12, 16, 24, 32]))),),
+            prefer=draw(st.sampled_from([(), (), ("h100",), ("a100",)])),
         )
         for i in range(draw(st.integers(1, 30)))
     ]

@@ -110,6 +110,7 @@ good = {
         max_size=2,
     ),
     "regions": st.none() | st.lists(names, min_size=1, max_size=3) | st.just(["*"]),
+    "prefer": st.lists(st.sampled_from(["h100", "A100", "v5p-8", "zz9"]), max_size=3),
     "priority_band": st.sampled_from(["batch", "PRIORITY_BAND_PRODUCTION", "interactive", "priority"]),
     "target_cluster": st.none() | names,
     "scheduling_deadline_ms": st.none() | st.integers(0, 4_102_444_800_000),
@@ -148,6 +149,7 @@ hostile = {
     | json_like,
     "constraints": st.lists(constraint | json_like, max_size=3),
     "regions": st.lists(texts, max_size=3) | json_like,
+    "prefer": st.lists(texts, max_size=20) | json_like,
     "priority_band": texts | numbers,
     "target_cluster": texts | numbers,
     "parent_job_id": job_ids | json_like,
@@ -246,6 +248,8 @@ def keeps_every_rule(job: JobSpec) -> None:
         for value in spec.values:
             assert clean_name(value) if isinstance(value, str) else within(value, -(2**53), 2**53)
     assert all(clean_name(region) for region in job.regions or ())
+    assert all(clean_name(variant) and variant == variant.strip().lower() for variant in job.prefer)
+    assert len(job.prefer) <= 16
     assert clean_name(job.target_cluster)
 
     # Whatever passes can be stored as strict JSON (PostgreSQL refuses NaN and lone surrogates),

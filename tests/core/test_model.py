@@ -367,7 +367,7 @@ class TestBadInput:
         found = problems({"job_id": "/a/b", "gpus": 8, "resource": {}})
         assert found == {
             "": "unknown field(s) gpus, resource; accepted: job_id, command, image, env, files, resources, "
-            "constraints, regions, priority_band, target_cluster, parent_job_id, scheduling_deadline_ms, "
+            "constraints, regions, priority_band, prefer, target_cluster, parent_job_id, scheduling_deadline_ms, "
             "on_peer_lost, start_timeout_seconds"
         }
 
@@ -415,10 +415,13 @@ def test_the_lifecycle_fields_stay_with_the_parent():
     from iris_airflow_provider.peers.base import Handoff
     from iris_airflow_provider.peers.wire import HandoffRequest
 
-    spec = parse_job({"job_id": "/a/b", "command": "true", "on_peer_lost": "requeue", "start_timeout_seconds": 60})
+    spec = parse_job(
+        {"job_id": "/a/b", "command": "true", "on_peer_lost": "requeue", "start_timeout_seconds": 60, "prefer": ["h100"]}
+    )
     sent = HandoffRequest.of(Handoff("/a/b", "n", spec, "", "marin", "a", "a", 1)).spec
     assert (
         "on_peer_lost" not in sent
         and "start_timeout_seconds" not in sent
+        and "prefer" not in sent  # a placement hint for this cluster's pass: a peer has no use for it
         and sent["command"] == ["/bin/sh", "-c", "true"]
     )

@@ -215,6 +215,73 @@ def test_a_tracked_backend_still_beats_a_shape_only_one_whatever_the_load():
     assert placed(result) == {"/u/0": ("a", "cpu")}
 
 
+def mixed(backend_id: str, free: dict[str, int], held: dict[Band, dict[str, int]] | None = None):
+    """A backend that runs CPU work and reports GPUs too (a Kubernetes cluster with a GPU pool)."""
+    return backend(backend_id, free=free, held=held, device_type="gpu", device_variant=["h100", "a100"])
+
+
+def test_a_coordinator_lands_where_what_it_prefers_has_the_most_room_before_the_spread():
+    peers = [
+        peer("a", mixed("k8s", {"h100": 0})),
+        peer("b", mixed("k8s", {"h100": 16}, {Band.BATCH: {"h100": 8}})),  # 16 free + 8 it may reclaim
+        peer("c", mixed("k8s", {"h100": 20})),
+    ]
+    coordinator = cpu_job("/u/coordinator", prefer=["h100"])
+    result = plan([coordinator], peers, now_ms=NOW, active_jobs={"b": 5})
+    assert placed(result) == {"/u/coordinator": ("b", "k8s")}  # 24 within its reach, busy or not
+    (promotion,) = result.promotions
+    assert promotion.reserved == {}  # a preference is never taken ...
+    assert result.remaining[("b", "k8s")].free == {"h100": 16}  # ... nor spent in the pass
+    assert result.ledger == ()
+    # Without a preference the same job spreads: the idle peer with the lowest id.
+    assert placed(plan([cpu_job("/u/coordinator")], peers, now_ms=NOW, active_jobs={"b": 5})) == {
+        "/u/coordinator": ("a", "k8s")
+    }
+
+
+def test_the_room_a_job_prefers_is_what_its_band_may_reach():
+    peers = [
+        peer("b", mixed("k8s", {"h100": 8}, {Band.BATCH: {"h100": 16}})),
+        peer("c", mixed("k8s", {"h100": 12})),
+    ]
+    # A batch job reclaims nothing from batch: 8 against 12.
+    assert placed(plan([cpu_job("/u/c", band="batch", prefer=["h100"])], peers, now_ms=NOW)) == {"/u/c": ("c", "k8s")}
+    # An interactive one reaches 8 + 16 on b.
+    assert placed(plan([cpu_job("/u/c", prefer=["h100"])], peers, now_ms=NOW)) == {"/u/c": ("b", "k8s")}
+
+
+def test_the_room_a_job_prefers_is_net_of_reservations_and_of_this_pass():
+    peers = [peer("b", mixed("k8s", {"h100": 16})), peer("c", mixed("k8s", {"h100": 12}))]
+    ledger = [LedgerEntry("b", "k8s", NOW - 10_000, {"h100": 8})]
+    assert placed(plan([cpu_job("/u/c", prefer=["h100"])], peers, ledger, now_ms=NOW)) == {"/u/c": ("c", "k8s")}
+    # A GPU job placed earlier in the same pass takes room the coordinator behind it would have had.
+    peers = [peer("b", mixed("k8s", {"h100": 20})), peer("c", mixed("k8s", {"h100": 16}))]
+    coordinator = cpu_job("/u/c", prefer=["h100"], submitted=2)
+    assert placed(plan([coordinator], peers, now_ms=NOW)) == {"/u/c": ("b", "k8s")}
+    jobs = [job("/u/train", count=8, pin="b", submitted=1), coordinator]
+    assert placed(plan(jobs, peers, now_ms=NOW)) == {"/u/train": ("b", "k8s"), "/u/c": ("c", "k8s")}
+
+
+def test_for_a_gated_job_the_preference_comes_after_the_tightest_fit_and_before_peer_id():
+    peers = [
+        peer("a", mixed("x", {"h100": 8, "a100": 0})),
+        peer("b", mixed("y", {"h100": 8, "a100": 16})),
+        peer("c", mixed("z", {"h100": 9, "a100": 64})),  # looser: never chosen for a tie-break
+    ]
+    assert placed(plan([job("/u/t", count=8, prefer=["a100"])], peers, now_ms=NOW)) == {"/u/t": ("b", "y")}
+    assert placed(plan([job("/u/t", count=8)], peers, now_ms=NOW)) == {"/u/t": ("a", "x")}
+
+
+def test_a_preference_for_something_nobody_reports_never_blocks_or_changes_a_placement():
+    peers = [peer(name, backend("cpu", free={})) for name in ("a", "b")] + [peer("s", backend("cpu"))]
+    plain = [cpu_job(f"/u/{i}", submitted=i) for i in range(5)]
+    preferring = [cpu_job(f"/u/{i}", submitted=i, prefer=["zz9"]) for i in range(5)]
+    assert placed(plan(preferring, peers, now_ms=NOW, max_per_peer=2)) == placed(
+        plan(plain, peers, now_ms=NOW, max_per_peer=2)
+    )
+    assert len(placed(plan(preferring, peers, now_ms=NOW, max_per_peer=2))) == 5  # the fifth goes shape-only
+
+
 def test_a_job_without_routing_constraints_is_force_routed_to_a_peer_without_backends():
     result = plan([cpu_job("/u/1")], [peer("bare")], now_ms=NOW)
     assert placed(result) == {"/u/1": ("bare", "")}

@@ -40,11 +40,19 @@ def test_a_gated_pinned_job_in_two_regions_keeps_its_pin_routing_and_gate() -> N
             "priority_band": "production",
         }
     )
-    pin, routing, gate = parse_projection(projection(spec))
-    assert (pin, routing, gate) == (spec.pin, spec.routing, (("h100", 16),))
+    pin, routing, gate, prefer = parse_projection(projection(spec))
+    assert (pin, routing, gate, prefer) == (spec.pin, spec.routing, (("h100", 16),), ())
     assert {c.key for c in routing} == {"device-type", "device-variant", "preemptible", "region"}
 
 
 def test_a_projection_of_another_version_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="placement projection version 2; accepted: 1"):
         parse_projection('{"v":2,"pin":"","routing":[],"gate":[]}')
+
+
+def test_a_preference_travels_in_the_projection_and_one_written_without_it_reads_as_none() -> None:
+    spec = parse_job({"job_id": "/alice/coordinator", "prefer": ["H100", "a100", "h100"]})
+    stored = projection(spec)
+    assert parse_projection(stored)[3] == ("h100", "a100")  # lowercased, once each, in order
+    assert '"prefer"' not in projection(parse_job({"job_id": "/alice/plain"}))
+    assert parse_projection('{"v":1,"pin":"","routing":[],"gate":[]}')[3] == ()

@@ -465,6 +465,14 @@ class TestInvalidInput:
             ),
             ({"now_ms": NOW, "jobs": [{"job_id": "/u/a"}]}, "jobs[0].submitted_at_ms: is required"),
             (
+                {"now_ms": NOW, "jobs": [cpu_job("/u/a", prefer=["h100", " "])]},
+                "jobs[0].prefer: must list device variants such as h100",
+            ),
+            (
+                {"now_ms": NOW, "jobs": [cpu_job("/u/a", prefer=[f"v{i}" for i in range(17)])]},
+                "jobs[0].prefer: must have at most 16 items, got 17",
+            ),
+            (
                 {"now_ms": NOW, "peers": [peer("a", gpu_backend("d", "h100", -1))]},
                 "peers[0].backends[0].availability.amounts.h100: must be >= 0",
             ),
@@ -654,6 +662,22 @@ class TestCapacityContract:
         peers = [peer(name, gpu_backend("default", "h100", 0)) for name in ("a", "b")]
         output = simulate(state(*peers, jobs=[cpu_job(f"/u/{i}", submitted=i) for i in range(4)]))
         assert [p["peer_id"] for p in output["promotions"]] == ["a", "b", "a", "b"]
+
+    def test_a_coordinator_preferring_h100_lands_where_the_most_are_free_and_takes_none(self):
+        gpu_and_cpu = {"device-type": ["gpu"], "device-variant": ["h100"]}
+
+        def cluster(name: str, free: int) -> dict[str, Any]:
+            backend = gpu_backend("default", "h100", free)
+            backend["advertised_attributes"] = gpu_and_cpu
+            return peer(name, backend, active_jobs={"a": 0, "b": 4, "c": 0}[name])
+
+        peers = [cluster("a", 0), cluster("b", 24), cluster("c", 8)]
+        output = simulate(state(*peers, jobs=[cpu_job("/u/coord", prefer=["H100"])]))
+        assert [(p["peer_id"], p["reserved"]) for p in output["promotions"]] == [("b", {})]
+        assert output["ledger"] == []
+        # Nobody reports what it prefers: it reads 0 everywhere and the spread decides, as without one.
+        output = simulate(state(*peers, jobs=[cpu_job("/u/coord", prefer=["zz9"])]))
+        assert [p["peer_id"] for p in output["promotions"]] == ["a"]
 
     def stream(self, **fields: Any) -> dict[str, Any]:
         jobs = [gpu_job("/alice/big", count=32, submitted=0), gpu_job("/bob/small", count=8, submitted=NOW - 10)]
