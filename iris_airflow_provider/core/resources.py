@@ -99,7 +99,7 @@ class DeviceSpec(StrictModel):
         if kind == "cpu" and value != 0:
             raise ValueError("must be 0 for a cpu device")
         variant = info.data.get("variant")
-        if kind == "tpu" and variant is None:
+        if kind == "tpu" and not isinstance(variant, str):
             return value  # the variant is refused: its error says what to give
         if kind == "tpu" and variant != "auto":
             per_host = tpu_slice(variant).chips_per_host

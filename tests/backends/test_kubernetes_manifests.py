@@ -136,3 +136,21 @@ def test_single_host_tpu_slices_run_one_pod_each_with_all_their_chips() -> None:
     assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": "8"}
     env = container_env(job)
     assert "TPU_WORKER_HOSTNAMES" not in env and "TPU_WORKER_ID" not in env  # libtpu needs none on one host
+
+
+def test_a_pod_templates_node_selector_joins_the_slices_labels_which_win() -> None:
+    spec = parse_job(
+        {"job_id": "/alice/tpu", "command": "train", "resources": {"device": {"type": "tpu", "variant": "v5p-16"}}}
+    )
+    topology = "cloud.google.com/gke-tpu-topology"
+    template = JobTemplate(
+        backend_id="gke",
+        image="busybox:1.36",
+        pod_template={"apiVersion": "v1", "kind": "Pod", "spec": {"nodeSelector": {"pool": "tpu", topology: "4x4x4"}}},
+    )
+    job = template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement("v5p-16"), "iris")
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+        "pool": "tpu",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        topology: "2x2x2",
+    }
