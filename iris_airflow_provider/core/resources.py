@@ -99,13 +99,14 @@ class DeviceSpec(StrictModel):
         if kind == "cpu" and value != 0:
             raise ValueError("must be 0 for a cpu device")
         variant = info.data.get("variant")
-        if kind == "tpu" and not isinstance(variant, str):
-            return value  # the variant is refused: its error says what to give
-        if kind == "tpu" and variant != "auto":
-            per_host = tpu_slice(variant).chips_per_host
-            if value not in (0, per_host):
-                raise ValueError(f"must be {per_host} for a {variant} (its chips per host; a slice is taken whole)")
-            return per_host
+        if kind == "tpu":
+            if not isinstance(variant, str):
+                return value  # the variant is refused: its error says what to give
+            if variant != "auto":
+                per_host = tpu_slice(variant).chips_per_host
+                if value not in (0, per_host):
+                    raise ValueError(f"must be {per_host} for a {variant} (its chips per host; a slice is taken whole)")
+                return per_host
         if kind in ("gpu", "tpu") and value < 1:
             raise ValueError(f"must be >= 1 for a {kind} device")
         return value
