@@ -342,17 +342,21 @@ class KubeCluster:
         name: str,
         *,
         gpus: int = 0,
+        tpus: int = 0,
         cpu: str = "32",
         memory: str = "256Gi",
         labels: Mapping[str, str] | None = None,
         unschedulable: bool = False,
         taints: Sequence[Mapping[str, str]] = (),
     ) -> None:
-        """A node KWOK keeps Ready, with ``gpus`` ``nvidia.com/gpu`` allocatable. Its pods run no
-        command: KWOK marks them running (and a Job's pods succeeded at once)."""
+        """A node KWOK keeps Ready, with ``gpus`` ``nvidia.com/gpu`` (and ``tpus`` ``google.com/tpu``,
+        if any) allocatable. Its pods run no command: KWOK marks them running (and a Job's pods
+        succeeded at once)."""
         from kubernetes import client
 
         resources = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(gpus)}
+        if tpus:
+            resources["google.com/tpu"] = str(tpus)
         spec: dict[str, Any] = {"unschedulable": unschedulable}
         if taints:
             spec["taints"] = [dict(t) for t in taints]
@@ -372,7 +376,9 @@ class KubeCluster:
             )
         self._wait_node_ready(name)
 
-    def create_command_node(self, name: str, *, gpus: int = 0, labels: Mapping[str, str] | None = None) -> None:
+    def create_command_node(
+        self, name: str, *, gpus: int = 0, tpus: int = 0, labels: Mapping[str, str] | None = None
+    ) -> None:
         """A node whose pods really run their command (``kube_command_node``): for tests that need a
         job's output, files, environment and exit code. Stopped with the cluster or ``delete_node``."""
         port = free_port()
@@ -385,6 +391,7 @@ class KubeCluster:
             f"--kubeconfig={self.admin_kubeconfig}",
             f"--node={name}",
             f"--gpus={gpus}",
+            f"--tpus={tpus}",
             f"--port={port}",
             f"--tls-cert={cert}",
             f"--tls-key={key}",

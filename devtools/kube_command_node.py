@@ -106,8 +106,10 @@ class CommandNode:
 
     # --- the Node ------------------------------------------------------------------------------
 
-    def register(self, gpus: int, labels: Mapping[str, str], port: int) -> None:
+    def register(self, gpus: int, labels: Mapping[str, str], port: int, tpus: int = 0) -> None:
         resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        if tpus:
+            resources["google.com/tpu"] = str(tpus)
         self.core.create_node(
             {
                 "apiVersion": "v1",
@@ -562,6 +564,7 @@ def main() -> None:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument("--tpus", type=int, default=0, help="google.com/tpu chips")
     parser.add_argument("--label", action="append", default=[], help="key=value, repeatable")
     parser.add_argument("--port", type=int, required=True, help="the kubelet API (logs), on 127.0.0.1")
     parser.add_argument("--tls-cert", type=Path, required=True)
@@ -572,7 +575,7 @@ def main() -> None:
     api = config.new_client_from_config(config_file=args.kubeconfig)
     node = CommandNode(api, args.node, args.directory)
     server = node.serve_logs(args.port, args.tls_cert, args.tls_key)
-    node.register(args.gpus, dict(label.split("=", 1) for label in args.label), args.port)
+    node.register(args.gpus, dict(label.split("=", 1) for label in args.label), args.port, args.tpus)
     node.renew_lease()
     args.ready_file.write_text("ready\n")
     signal.signal(signal.SIGTERM, lambda *_: node.stopping.set())

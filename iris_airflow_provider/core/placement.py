@@ -8,8 +8,8 @@ Rules (the reference's ``assign_queued``, plus where DESIGN.md goes beyond it):
 
 - candidates go in queue order: band rank, then submit time, then job id;
 - a candidate fits a backend when every routing constraint matches its advertised shape and, for a
-  gated job (``replicas x count`` of a concrete GPU variant), the backend's free amount plus what
-  strictly lower bands hold there covers the gate. Availability is per backend, never summed;
+  gated job (the devices of a concrete GPU or TPU variant, ``Resources.gate``), the backend's free
+  amount plus what strictly lower bands hold there covers the gate. Availability is per backend, never summed;
 - best first: a backend whose capacity is visible over a shape-only one; no preemption over
   preemption; the tightest fit; the most room for the device variants the job prefers
   (``prefer``: their amounts available at its band, free plus what lower bands hold, net of

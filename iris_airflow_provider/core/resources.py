@@ -1,7 +1,10 @@
 """What a job asks for per replica: a device (type, variant, count), cpu and memory, and how many
 replicas; each number held to its range in ``core/limits.py``.
 
-The availability gate, ``replicas x count`` of a concrete GPU variant, is derived here too.
+The availability gate is derived here too: the devices of a concrete variant, GPU or TPU, that all
+replicas hold together. A TPU variant names a slice (``core/tpu.py``): it must be one the table
+knows, ``count`` is its chips per host (the default; nothing else is accepted, a slice is taken
+whole), and a replica is a whole slice, so it holds ``hosts x count`` chips.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from iris_airflow_provider.core.characters import describe_refused, refused_in_name
 from iris_airflow_provider.core.limits import CPU, DEVICES, MAX_NAME_LENGTH, MEMORY, REPLICAS, shown_number
 from iris_airflow_provider.core.strict_model import StrictModel
+from iris_airflow_provider.core.tpu import UnknownTpuVariantError, tpu_slice
 
 DeviceType = Literal["cpu", "gpu", "tpu"]
 _QUANTITY = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTP]i?|[kmgtp]i?|)?[bB]?")
@@ -81,6 +85,11 @@ class DeviceSpec(StrictModel):
             )
         if info.data.get("type") == "cpu" and value != "auto":
             raise ValueError("must be auto for a cpu device")
+        if info.data.get("type") == "tpu" and value != "auto":
+            try:
+                return tpu_slice(value).variant
+            except UnknownTpuVariantError as error:
+                raise ValueError(str(error)) from None
         return value
 
     @field_validator("count")
@@ -89,6 +98,15 @@ class DeviceSpec(StrictModel):
         kind = info.data.get("type")
         if kind == "cpu" and value != 0:
             raise ValueError("must be 0 for a cpu device")
+        variant = info.data.get("variant")
+        if kind == "tpu":
+            if not isinstance(variant, str):
+                return value  # the variant is refused: its error says what to give
+            if variant != "auto":
+                per_host = tpu_slice(variant).chips_per_host
+                if value not in (0, per_host):
+                    raise ValueError(f"must be {per_host} for a {variant} (its chips per host; a slice is taken whole)")
+                return per_host
         if kind in ("gpu", "tpu") and value < 1:
             raise ValueError(f"must be >= 1 for a {kind} device")
         return value
@@ -105,13 +123,23 @@ class Resources(StrictModel):
     def _memory(cls, value: Any) -> Any:
         return parse_memory(value) if isinstance(value, str | int | float) else value
 
-    def gate(self) -> dict[str, int]:
-        """The availability gate: ``replicas x count`` of a concrete GPU variant, else nothing.
+    @property
+    def hosts_per_replica(self) -> int:
+        """The pods one replica runs as: a TPU slice's hosts, else one."""
+        device = self.device
+        if device.type == "tpu" and device.variant != "auto":
+            return tpu_slice(device.variant).hosts
+        return 1
 
-        CPU, TPU and ``auto`` jobs are ungated, as in the reference. The whole job must fit on one
-        backend, so all replicas count even when they are not co-scheduled.
+    def gate(self) -> dict[str, int]:
+        """The availability gate: ``replicas x hosts x count`` of a concrete GPU or TPU variant (a
+        TPU replica is a whole slice of ``hosts`` hosts), else nothing.
+
+        CPU and ``auto`` jobs are ungated, as in the reference; a concrete TPU variant is gated like
+        a GPU variant (the reference leaves TPUs ungated). The whole job must fit on one backend, so
+        all replicas count even when they are not co-scheduled.
         """
         device = self.device
-        if device.type != "gpu" or device.variant == "auto":
+        if device.type == "cpu" or device.variant == "auto":
             return {}
-        return {device.variant: self.replicas * device.count}
+        return {device.variant: self.replicas * self.hosts_per_replica * device.count}

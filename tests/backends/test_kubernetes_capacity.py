@@ -251,3 +251,57 @@ def test_quantities(raw: Any, value: int):
 def test_a_bad_quantity_is_named():
     with pytest.raises(ValueError, match="not a Kubernetes quantity: 'eight'"):
         parse_quantity("eight")
+
+
+def tpu_node(name: str, chips: int, accelerator: str = "tpu-v5p-slice", topology: str = "2x2x2") -> Node:
+    labels = {"cloud.google.com/gke-tpu-accelerator": accelerator, "cloud.google.com/gke-tpu-topology": topology}
+    return Node(
+        metadata=V1ObjectMeta(name=name, labels=labels),
+        # GKE taints TPU nodes; the TPU pods we make tolerate it, so they count without configuration.
+        spec=V1NodeSpec(taints=[V1Taint(key="google.com/tpu", value="present", effect="NoSchedule")]),
+        status=V1NodeStatus(
+            allocatable={"google.com/tpu": str(chips), "cpu": "200"},
+            conditions=[V1NodeCondition(type="Ready", status="True")],
+        ),
+    )
+
+
+def tpu_pod(name: str, chips: int, *, node_name: str | None, **spec: Any) -> V1Pod:
+    container = V1Container(name="job", resources=V1ResourceRequirements(limits={"google.com/tpu": str(chips)}))
+    return V1Pod(
+        metadata=V1ObjectMeta(name=name, labels={}),
+        spec=V1PodSpec(containers=[container], node_name=node_name, priority_class_name="iris-batch", **spec),
+        status=V1PodStatus(phase="Running" if node_name else "Pending"),
+    )
+
+
+def test_tpu_nodes_report_their_chips_per_slice_variant_beside_the_gpus() -> None:
+    nodes = [
+        node("h100-a", 8),
+        tpu_node("v5p-a", 4),
+        tpu_node("v5p-b", 4),
+        tpu_node("v6e-a", 8, "tpu-v6e-slice", "2x4"),
+        tpu_node("odd", 4, "tpu-v5p-slice", "3x3x3"),
+    ]
+    pods = [
+        tpu_pod("on-v5p", 4, node_name="v5p-a"),
+        tpu_pod(
+            "pending",
+            8,
+            node_name=None,
+            node_selector={
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "2x4",
+            },
+        ),
+    ]
+    capacity = cluster_capacity(nodes, pods, POLICY)
+    assert {v: (c.total, c.free, c.largest_node) for v, c in capacity.variants.items()} == {
+        "gb200": (0, 0, 0),  # configured, none here
+        "h100": (8, 8, 8),
+        "v5p-16": (8, 4, 4),
+        "v6e-8": (8, 0, 8),
+    }
+    assert capacity.tpu_variants == {"v5p-16", "v6e-8"}
+    assert capacity.left_out_nodes == {"odd": "no TPU slice: its GKE accelerator and topology labels name none we know"}
+    assert capacity.variants["v5p-16"].held_by_band == {Band.BATCH: 4}

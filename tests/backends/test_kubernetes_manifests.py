@@ -93,3 +93,64 @@ def test_the_command_node_resolves_only_pod_names_of_the_pods_subdomain_to_loopb
         "C": "127.0.0.1:80",
     }
     assert _subdomain_on_loopback(env, SimpleNamespace(spec=SimpleNamespace(subdomain=None))) == env
+
+
+def tpu_manifest(variant: str, replicas: int = 1) -> dict[str, Any]:
+    spec = parse_job(
+        {
+            "job_id": "/alice/tpu",
+            "command": "train",
+            "resources": {"device": {"type": "tpu", "variant": variant}, "replicas": replicas},
+        }
+    )
+    template = JobTemplate(backend_id="gke", image="busybox:1.36")
+    return template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement(variant), "iris")
+
+
+def test_a_multi_host_tpu_slice_runs_one_pod_per_host_on_its_gke_nodes() -> None:
+    job = tpu_manifest("v5p-16")  # 8 chips: 2 hosts of 4
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        "cloud.google.com/gke-tpu-topology": "2x2x2",
+    }
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    [container] = pod["containers"]
+    assert container["resources"] == {"requests": {"google.com/tpu": "4"}, "limits": {"google.com/tpu": "4"}}
+    service = rendezvous_service_name(job_name("/alice/tpu"), "n1")
+    assert pod["subdomain"] == service
+    env = container_env(job)
+    hosts = [f"{job_name('/alice/tpu')}-{index}.{service}" for index in range(2)]
+    assert env["TPU_WORKER_HOSTNAMES"] == ",".join(hosts)
+    assert env["TPU_WORKER_ID"] == env["IRIS_REPLICA_INDEX"] == RANK_FROM_INDEX
+    assert (env["WORLD_SIZE"], env["IRIS_NUM_REPLICAS"], env["IRIS_DEVICE_VARIANT"]) == ("2", "2", "v5p-16")
+    assert job["spec"]["template"]["metadata"]["labels"]["iris.marin.community/device-variant"] == "v5p-16"
+
+
+def test_single_host_tpu_slices_run_one_pod_each_with_all_their_chips() -> None:
+    job = tpu_manifest("v6e-8", replicas=2)  # two single-host slices of 8 chips
+    assert (job["spec"]["completions"], job["spec"]["parallelism"]) == (2, 2)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x4"
+    assert pod["containers"][0]["resources"]["limits"] == {"google.com/tpu": "8"}
+    env = container_env(job)
+    assert "TPU_WORKER_HOSTNAMES" not in env and "TPU_WORKER_ID" not in env  # libtpu needs none on one host
+
+
+def test_a_pod_templates_node_selector_joins_the_slices_labels_which_win() -> None:
+    spec = parse_job(
+        {"job_id": "/alice/tpu", "command": "train", "resources": {"device": {"type": "tpu", "variant": "v5p-16"}}}
+    )
+    topology = "cloud.google.com/gke-tpu-topology"
+    template = JobTemplate(
+        backend_id="gke",
+        image="busybox:1.36",
+        pod_template={"apiVersion": "v1", "kind": "Pod", "spec": {"nodeSelector": {"pool": "tpu", topology: "4x4x4"}}},
+    )
+    job = template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement("v5p-16"), "iris")
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+        "pool": "tpu",
+        "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+        topology: "2x2x2",
+    }

@@ -69,11 +69,14 @@ good_device = st.one_of(
     st.just({"type": "cpu"}),
     st.fixed_dictionaries(
         {
-            "type": st.sampled_from(["gpu", "tpu", "GPU"]),
+            "type": st.sampled_from(["gpu", "GPU"]),
             "variant": st.sampled_from(["h100", "a100", "v5p-8", "auto", " H100 "]),
             "count": st.integers(1, 256) | st.sampled_from([1, 8, 256]),
         }
     ),
+    st.fixed_dictionaries({"type": st.just("tpu"), "variant": st.just("auto"), "count": st.integers(1, 256)}),
+    # A concrete TPU variant: its count is the slice's chips per host, or left out.
+    st.sampled_from(["v5p-8", "v5p-16", " V6E-16 ", "v5e-8", "v4-32"]).map(lambda v: {"type": "tpu", "variant": v}),
 )
 good = {
     "job_id": st.lists(segments, min_size=2, max_size=4).map(lambda parts: "/" + "/".join(parts)),

@@ -100,9 +100,35 @@ class TestJobIds:
 
 class TestDevices:
     def test_gpu_and_tpu_need_at_least_one_device_per_replica(self):
-        for kind in ("gpu", "tpu"):
-            found = problems({"job_id": "/a/b", "resources": {"device": {"type": kind, "variant": "x"}}})
+        for kind, variant in (("gpu", "x"), ("tpu", "auto")):
+            found = problems({"job_id": "/a/b", "resources": {"device": {"type": kind, "variant": variant}}})
             assert found == {"resources.device.count": f"must be >= 1 for a {kind} device"}
+
+    def test_a_tpu_variant_must_be_a_slice_the_table_knows(self):
+        found = problems({"job_id": "/a/b", "resources": {"device": {"type": "tpu", "variant": "h100", "count": 4}}})
+        assert found == {
+            "resources.device.variant": "must be a TPU variant of a known family "
+            "(v4-N, v5litepod-N (or v5e-N), v5p-N, v6e-N) or auto"
+        }
+        found = problems({"job_id": "/a/b", "resources": {"device": {"type": "tpu", "variant": "v5p-12"}}})
+        assert found == {
+            "resources.device.variant": "must be a v5p slice v5p-N, N (TensorCores) one of "
+            "8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288"
+        }
+
+    def test_a_tpu_count_is_the_slices_chips_per_host_and_defaults_to_it(self):
+        job = parse_job({"job_id": "/a/b", "resources": {"device": {"type": "tpu", "variant": "V5E-16"}}})
+        assert (job.resources.device.variant, job.resources.device.count) == ("v5litepod-16", 4)
+        assert (
+            parse_job(
+                {"job_id": "/a/b", "resources": {"device": {"type": "tpu", "variant": "v6e-8"}}}
+            ).resources.device.count
+            == 8
+        )
+        found = problems({"job_id": "/a/b", "resources": {"device": {"type": "tpu", "variant": "v5p-16", "count": 8}}})
+        assert found == {
+            "resources.device.count": "must be 4 for a v5p-16 (its chips per host; a slice is taken whole)"
+        }
 
     def test_a_cpu_device_has_variant_auto_and_no_count(self):
         found = problems({"job_id": "/a/b", "resources": {"device": {"type": "cpu", "variant": "h100", "count": 2}}})
@@ -153,12 +179,20 @@ class TestGate:
         [
             {},
             gpu("auto", 8, 2),
-            {"device": {"type": "tpu", "variant": "v5p-8", "count": 4}, "replicas": 2},
+            {"device": {"type": "tpu", "variant": "auto", "count": 4}, "replicas": 2},
         ],
-        ids=["cpu", "gpu-auto", "tpu"],
+        ids=["cpu", "gpu-auto", "tpu-auto"],
     )
-    def test_cpu_tpu_and_auto_are_ungated(self, resources):
+    def test_cpu_and_auto_are_ungated(self, resources):
         assert parse_job({"job_id": "/a/b", "resources": resources}).gate == {}
+
+    @pytest.mark.parametrize(
+        ("variant", "replicas", "chips"),
+        [("v5p-8", 1, 4), ("v5p-16", 1, 8), ("v5p-16", 2, 16), ("v6e-16", 1, 16), ("v5litepod-8", 3, 24)],
+    )
+    def test_a_concrete_tpu_variant_is_gated_by_the_chips_of_all_its_slices(self, variant, replicas, chips):
+        resources = {"device": {"type": "tpu", "variant": variant}, "replicas": replicas}
+        assert parse_job({"job_id": "/a/b", "resources": resources}).gate == {variant: chips}
 
 
 class TestDerivedConstraints:

@@ -123,8 +123,15 @@ class TestLocal:
 
     def test_ungated_jobs_ignore_totals(self):
         tpu = local("v5p", {"v5p-8": 0}, device_type="tpu", device_variant="v5p-8")
-        spec = job(resources={"device": {"type": "tpu", "variant": "v5p-8", "count": 64}})
+        spec = job(resources={"device": {"type": "tpu", "variant": "auto", "count": 64}})
         assert local_backends_for(spec, [tpu]) == [tpu]
+
+    def test_a_concrete_tpu_variant_is_gated_by_its_chips_like_a_gpu_variant(self):
+        small = local("v5p", {"v5p-16": 8}, device_type="tpu", device_variant="v5p-16")
+        one_slice = job(resources={"device": {"type": "tpu", "variant": "v5p-16"}})
+        two_slices = job(resources={"device": {"type": "tpu", "variant": "v5p-16"}, "replicas": 2})
+        assert local_backends_for(one_slice, [small]) == [small]
+        assert local_backends_for(two_slices, [small]) == []
 
     def test_a_backend_pin_narrows_local_feasibility_to_that_backend(self):
         a = local("a", device_type="gpu", device_variant="h100")
@@ -284,8 +291,10 @@ SHAPES = st.fixed_dictionaries(
 def scenarios(draw: st.DrawFn) -> tuple[JobSpec, list[LocalBackend], list[PeerState]]:
     kind = draw(st.sampled_from(["cpu", "gpu", "tpu"]))
     device: dict[str, Any] = {"type": kind}
-    if kind != "cpu":
-        device |= {"variant": draw(st.sampled_from(["h100", "a100", "v5p-8", "auto"])), "count": 8}
+    if kind == "gpu":
+        device |= {"variant": draw(st.sampled_from(["h100", "a100", "auto"])), "count": 8}
+    elif kind == "tpu":
+        device |= {"variant": draw(st.sampled_from(["v5p-8", "auto"])), "count": 4}
     fields: dict[str, Any] = {"resources": {"device": device}}
     if draw(st.booleans()):
         fields["regions"] = draw(st.sampled_from([["us-east"], ["us-east", "us-west"], ["*"]]))

@@ -649,6 +649,26 @@ class TestCapacityContract:
         ]
         assert (output["promotions"], output["pending"], output["reservations"]) == ([], [], [])
 
+    def test_a_concrete_tpu_variant_is_gated_by_chips_like_a_gpu_variant(self):
+        """Beyond the reference (which leaves TPUs ungated): two v5p-16 slices need 16 chips; a peer
+        with 8 free of 8 in total rejects them and takes one slice, reserving its 8 chips."""
+        block = gpu_backend("default", "v5p-16", 8)
+        block["advertised_attributes"]["device-type"] = ["tpu"]
+        block["availability"]["total_amounts"] = {"v5p-16": 8}
+        tpu = {"device": {"type": "tpu", "variant": "v5p-16"}}
+        jobs = [
+            {"job_id": "/a/two", "submitted_at_ms": 0, "resources": {**tpu, "replicas": 2}},
+            {"job_id": "/a/one", "submitted_at_ms": 1, "resources": tpu},
+            {"job_id": "/a/auto", "submitted_at_ms": 2, "resources": {"device": {"type": "tpu", "count": 4}}},
+        ]
+        output = simulate(state(peer("gke", block), jobs=jobs))
+        assert dispositions(output) == {"/a/two": "reject", "/a/one": "queue", "/a/auto": "queue"}
+        assert output["decisions"][0]["reason"] == (
+            "Job /a/two needs 16 v5p-16 on one backend; the largest that can host it is gke/default with 8 in total"
+        )
+        promoted = {p["job_id"]: p["reserved"] for p in output["promotions"]}
+        assert promoted == {"/a/one": {"v5p-16": 8}, "/a/auto": {}}  # auto stays ungated
+
     def test_shape_only_backends_and_missing_totals_count_as_possibly_large_enough(self):
         for other in (peer("cw-shape", gpu_backend("default", "h100")), self.h100_peer("cw-nototal", 4)):
             output = simulate(state(self.h100_peer("cw-h100", 8, 8), other, jobs=[gpu_job("/a/big", count=16)]))

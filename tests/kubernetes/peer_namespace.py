@@ -70,7 +70,12 @@ def readme_rbac(namespace: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def peer_namespace(
-    kube: KubeCluster, namespace: str, *, gpu_quota: int, rbac: list[dict[str, Any]] | None = None
+    kube: KubeCluster,
+    namespace: str,
+    *,
+    gpu_quota: int,
+    tpu_quota: int | None = None,
+    rbac: list[dict[str, Any]] | None = None,
 ) -> Iterator[PeerNamespace]:
     """Set ``namespace`` up (a ClusterQueue of ``gpu_quota`` GPUs named after it, the LocalQueue
     ``iris``, the README's RBAC unless given other documents), and on leaving delete it with
@@ -80,7 +85,7 @@ def peer_namespace(
         core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
         rbac_api = client.RbacAuthorizationV1Api(admin)
         try:
-            _create(admin, rbac, namespace, gpu_quota)
+            _create(admin, rbac, namespace, gpu_quota, tpu_quota)
             yield PeerNamespace(kube, namespace, _service_account_kubeconfig(kube, core, namespace))
         finally:
             with contextlib.suppress(ApiException):
@@ -94,7 +99,7 @@ def peer_namespace(
             _wait_gone(lambda: core.read_namespace(namespace), f"namespace {namespace}")
 
 
-def _create(admin: Any, rbac: list[dict[str, Any]], namespace: str, gpu_quota: int) -> None:
+def _create(admin: Any, rbac: list[dict[str, Any]], namespace: str, gpu_quota: int, tpu_quota: int | None) -> None:
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
     core.create_namespace({"metadata": {"name": namespace}})
     scheduling = client.SchedulingV1Api(admin)
@@ -104,6 +109,8 @@ def _create(admin: Any, rbac: list[dict[str, Any]], namespace: str, gpu_quota: i
     _exists_ok(custom.create_cluster_custom_object, *KUEUE, "resourceflavors", flavor)
     # Kueue admits only what a ClusterQueue covers: CPU and memory without limit, GPUs as given.
     quota = {"cpu": "1000", "memory": "10Ti", "nvidia.com/gpu": str(gpu_quota)}
+    if tpu_quota is not None:
+        quota["google.com/tpu"] = str(tpu_quota)
     custom.create_cluster_custom_object(
         *KUEUE,
         "clusterqueues",

@@ -25,7 +25,7 @@ DOCUMENTS = [
     {"job_id": "/alice/pinned", "target_cluster": "cw-a", "constraints": [{"key": "zone", "op": "EQ", "value": "z1"}]},
     {
         "job_id": "/alice/tpu",
-        "resources": {"device": {"type": "tpu", "variant": "v5p-8", "count": 1}},
+        "resources": {"device": {"type": "tpu", "variant": "v5p-8", "count": 4}},
         "priority_band": "batch",
     },
     {"job_id": "/alice/requeued", "resources": {"device": {"type": "gpu", "variant": "a100", "count": 1}}},

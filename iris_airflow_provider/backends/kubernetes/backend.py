@@ -8,6 +8,10 @@ Reached through an Airflow connection of type ``kubernetes`` (the cncf-kubernete
 - **A job** is an Indexed Job built by ``manifests.py``; workdir files travel in a ConfigMap (or
   Secret) owned by the Job; a job whose files do not fit is refused. A job of several replicas gets
   a headless Service owned by the Job, naming its pods for the rendezvous (``manifests.py``).
+- **TPUs** (GKE): a node offering ``google.com/tpu`` counts for the slice its GKE labels name; a
+  job of a concrete TPU variant runs as one pod per host of its slice on such nodes
+  (``manifests.py``); one slice per job (several multi-host slices need the multislice
+  environment, which the backend does not set up) and no ``auto``.
 - **Creating is idempotent by nonce**: the Job name is derived from the job id, so the API server
   itself makes two creates of one job collide; the same nonce is a replay, another live one is
   ``already exists``, a finished one is replaced.
@@ -58,6 +62,7 @@ from iris_airflow_provider.backends.kubernetes.manifests import (
     JobTemplate,
     job_key,
     job_name,
+    pod_count,
     pod_selector,
 )
 from iris_airflow_provider.backends.kubernetes.pod_template import checked_pod_template
@@ -182,7 +187,11 @@ class KubernetesBackend:
 
     def advertised(self, capacity: ClusterCapacity | None = None) -> dict[str, list[str]]:
         variants = set(capacity.variants) if capacity else self.policy.configured_variants()
-        return advertised_attributes("gpu" if variants else "cpu", variants, self.attributes)
+        tpus = capacity.tpu_variants if capacity else frozenset()
+        kinds = [kind for kind, has in (("gpu", variants - tpus), ("tpu", tpus)) if has] or ["cpu"]
+        advertised = advertised_attributes(kinds[0], variants, self.attributes)
+        advertised["device-type"] = kinds
+        return advertised
 
     # Submit ------------------------------------------------------------------------------------
 
@@ -253,13 +262,13 @@ class KubernetesBackend:
             )
         device = spec.resources.device
         if device.type == "tpu":
-            raise SubmissionRefusedError(f"backend {self.backend_id} is a Kubernetes cluster with GPUs, not TPUs")
+            return self._tpu_placement(spec)
         if device.type == "cpu" or device.variant == "auto":
             return JobPlacement()
         nodes = self.api.nodes()
         capacity = cluster_capacity(nodes, [], self.policy)
         offered = capacity.variants.get(device.variant)
-        if offered is None:
+        if offered is None or device.variant in capacity.tpu_variants:
             raise SubmissionRefusedError(
                 f"backend {self.backend_id} has no {device.variant} GPUs; "
                 f"it has {', '.join(sorted(capacity.variants)) or 'none'}"
@@ -274,6 +283,27 @@ class KubernetesBackend:
         values = tuple(self.policy.label_values_of(device.variant, nodes))
         return JobPlacement(device.variant, self.policy.variant_label, values)
 
+    def _tpu_placement(self, spec: JobSpec) -> JobPlacement:
+        """A TPU job runs on the nodes of its slice (``manifests.py`` selects them by GKE's labels)."""
+        device = spec.resources.device
+        if device.variant == "auto":
+            raise SubmissionRefusedError(
+                f"job {spec.job_id} asks for TPU variant auto; "
+                f"backend {self.backend_id} needs a TPU slice such as v5p-8"
+            )
+        if spec.resources.replicas > 1 and spec.resources.hosts_per_replica > 1:
+            raise SubmissionRefusedError(
+                f"job {spec.job_id} asks for {spec.resources.replicas} {device.variant} slices; backend "
+                f"{self.backend_id} runs one multi-host slice per job (multislice is not supported)"
+            )
+        capacity = cluster_capacity(self.api.nodes(), [], self.policy)
+        if device.variant not in capacity.tpu_variants:
+            raise SubmissionRefusedError(
+                f"backend {self.backend_id} has no {device.variant} TPU slices; "
+                f"it has {', '.join(sorted(capacity.tpu_variants)) or 'none'}"
+            )
+        return JobPlacement(device.variant)
+
     def _ensure_owned(self, job: Any, submission: Submission) -> None:
         """Create what the Job needs beside it, owned by it (so it goes with it): its files, and for
         several replicas the headless Service they meet through. Made after the Job (the owner
@@ -284,7 +314,7 @@ class KubernetesBackend:
         needed: list[tuple[str, Callable[[dict[str, Any]], None], dict[str, Any]]] = []
         if submission.spec.files:
             needed.append(("files", self.api.create_files, self.template.files_manifest(job, submission, namespace)))
-        if submission.spec.resources.replicas > 1:
+        if pod_count(submission.spec) > 1:
             service = self.template.service_manifest(job, submission, namespace)
             needed.append(("rendezvous Service", self.api.create_service, service))
         for what, create, manifest in needed:

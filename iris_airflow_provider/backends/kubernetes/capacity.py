@@ -14,6 +14,11 @@ backend's configuration):
   ``PRIORITY_BAND_UNSPECIFIED``, which placement never counts as reclaimable.
 - ``free = max(0, total - held)``.
 
+TPUs are read the same way, with no configuration: a node offering ``google.com/tpu`` is a host
+of the slice its GKE labels name (``cloud.google.com/gke-tpu-accelerator`` and
+``cloud.google.com/gke-tpu-topology``, through the core's table, ``core/tpu.py``), and its chips
+count for that variant (``v5p-16``); a TPU node whose labels name no known slice is left out.
+
 Every variant is reported, even when the cluster has several (the reference gives up and reports
 shape only). A pod not yet bound to a node is attributed to the variant its node selector, node
 affinity or our own variant label names; one that could land on several variants is counted
@@ -35,6 +40,7 @@ from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
 
 from iris_airflow_provider.core.availability import AVAILABILITY_METRIC_VERSION, Availability
 from iris_airflow_provider.core.bands import BAND_PREFIX, Band
+from iris_airflow_provider.core.tpu import TPU_RESOURCE, slice_of_node_labels
 
 GPU_RESOURCE = "nvidia.com/gpu"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
@@ -43,6 +49,18 @@ VARIANT_POD_LABEL = "iris.marin.community/device-variant"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 UNATTRIBUTED_BAND = BAND_PREFIX + "UNSPECIFIED"
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule only discourages
+
+
+@dataclass(frozen=True, slots=True)
+class _Toleration:
+    key: str
+    operator: str
+    effect: str
+    value: str = ""
+
+
+# GKE taints TPU nodes google.com/tpu:NoSchedule; the TPU pods we make tolerate it (manifests.py).
+TPU_TOLERATION = _Toleration(TPU_RESOURCE, "Exists", "NoSchedule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +148,7 @@ class ClusterCapacity:
     variants: Mapping[str, VariantCapacity]
     left_out_nodes: Mapping[str, str] = field(default_factory=dict)  # node name -> why it does not count
     unknown_classes: Mapping[str, int] = field(default_factory=dict)  # PriorityClass ("" none) -> GPUs held
+    tpu_variants: frozenset[str] = frozenset()  # which of ``variants`` are TPU slices (their chips)
 
     def availability(self, observation_epoch_ms: int) -> KubernetesAvailability:
         held: dict[Band, dict[str, int]] = {}
@@ -148,44 +167,60 @@ class ClusterCapacity:
 
 
 def cluster_capacity(nodes: Iterable[Any], pods: Iterable[Any], policy: CapacityPolicy) -> ClusterCapacity:
-    """The cluster's GPUs per variant: total on usable nodes, held by admitted pods (per band), free."""
+    """The cluster's GPUs and TPU chips per variant: total on usable nodes, held by admitted pods
+    (per band), free."""
     totals: dict[str, int] = dict.fromkeys(policy.configured_variants(), 0)
     largest: dict[str, int] = dict.fromkeys(totals, 0)
-    node_variants: dict[str, str] = {}
+    node_devices: dict[str, tuple[str, str]] = {}  # node name -> (resource, variant)
+    tpu_variants: set[str] = set()
     left_out: dict[str, str] = {}
     for node in nodes:
         name = node.metadata.name
-        allocatable = parse_quantity(((node.status.allocatable if node.status else None) or {}).get(policy.resource))
-        if allocatable <= 0:
-            continue
-        variant = policy.node_variant(node)
-        why = _unusable(node, policy.tolerations)
-        if variant is None:
-            why = why or f"no variant: label {policy.variant_label or '(none configured)'} missing or unmapped"
+        allocatable_of = (node.status.allocatable if node.status else None) or {}
+        resource = policy.resource
+        allocatable = parse_quantity(allocatable_of.get(resource))
+        variant: str | None = None
+        if allocatable > 0:
+            variant = policy.node_variant(node)
+            missing = f"no variant: label {policy.variant_label or '(none configured)'} missing or unmapped"
+        else:
+            resource, allocatable = TPU_RESOURCE, parse_quantity(allocatable_of.get(TPU_RESOURCE))
+            if allocatable <= 0:
+                continue
+            found = slice_of_node_labels(node.metadata.labels)
+            variant = found.variant if found else None
+            missing = "no TPU slice: its GKE accelerator and topology labels name none we know"
+        tolerations = (*policy.tolerations, TPU_TOLERATION) if resource == TPU_RESOURCE else policy.tolerations
+        why = _unusable(node, tolerations) or ("" if variant else missing)
         if why:
             left_out[name] = why
             continue
         assert variant is not None
-        node_variants[name] = variant
+        if resource == TPU_RESOURCE:
+            tpu_variants.add(variant)
+        node_devices[name] = (resource, variant)
         totals[variant] = totals.get(variant, 0) + allocatable
         largest[variant] = max(largest.get(variant, 0), allocatable)
 
     by_band: dict[str, dict[Band, int]] = {variant: {} for variant in totals}
     unattributed: dict[str, int] = dict.fromkeys(totals, 0)
     unknown: dict[str, int] = {}
+    gpu_variants = sorted(set(totals) - tpu_variants)
     for pod in pods:
         if not holds_capacity(pod):
             continue
-        amount = pod_request(pod, policy.resource)
-        if amount <= 0:
-            continue
         node_name = pod.spec.node_name
         if node_name:
-            if node_name not in node_variants:
+            if node_name not in node_devices:
                 continue  # on a node left out (or gone): its capacity is not counted either
-            variants = [node_variants[node_name]]
+            resource, variant = node_devices[node_name]
+            amount, variants = pod_request(pod, resource), [variant]
+        elif (amount := pod_request(pod, policy.resource)) > 0:
+            variants = _candidate_variants(pod, policy, gpu_variants)
         else:
-            variants = _candidate_variants(pod, policy, sorted(totals))
+            amount, variants = pod_request(pod, TPU_RESOURCE), _candidate_slices(pod, sorted(tpu_variants))
+        if amount <= 0:
+            continue
         priority_class = pod.spec.priority_class_name or ""
         band = policy.band_of_class.get(priority_class)
         if band is None:
@@ -205,6 +240,7 @@ def cluster_capacity(nodes: Iterable[Any], pods: Iterable[Any], policy: Capacity
         },
         left_out,
         unknown,
+        frozenset(tpu_variants),
     )
 
 
@@ -289,6 +325,16 @@ def _candidate_variants(pod: Any, policy: CapacityPolicy, known: list[str]) -> l
         if allowed is not None:
             return sorted({v for v in (policy.variant_of_label_value(value) for value in allowed) if v})
     return known  # could land on any variant: held against each
+
+
+def _candidate_slices(pod: Any, known: list[str]) -> list[str]:
+    """The TPU slices an admitted pod not yet bound to a node will land on: ours say so by label,
+    others by their node selector; else any."""
+    labels = (pod.metadata.labels if pod.metadata else None) or {}
+    if labels.get(VARIANT_POD_LABEL):
+        return [labels[VARIANT_POD_LABEL]]
+    found = slice_of_node_labels(pod.spec.node_selector)
+    return [found.variant] if found else known
 
 
 def _affinity_values(pod: Any, key: str) -> list[str] | None:

@@ -6,9 +6,15 @@
   band, carrying the Kueue ``queue-name`` label (created suspended: Kueue unsuspends it on
   admission) and the band's PriorityClass. GPUs are requested as ``nvidia.com/gpu`` on nodes of
   the job's variant.
+- **A TPU job** runs one pod per host of its slice (``core/tpu.py``): ``completions = parallelism
+  = replicas x hosts``, each pod requesting the host's chips as ``google.com/tpu``, on nodes
+  selected by GKE's ``gke-tpu-accelerator`` and ``gke-tpu-topology`` labels (tolerating GKE's
+  ``google.com/tpu`` taint), and told ``TPU_WORKER_ID`` (its host index, the completion index) and
+  ``TPU_WORKER_HOSTNAMES`` (its slice's hosts, by their stable names under the rendezvous
+  Service). Kueue admits the Job as one workload: every host together, or none.
 - **Its files**: a ConfigMap (or Secret) owned by the Job, mounted file by file into a writable
   ``/iris/workdir``.
-- **Its rendezvous** (``replicas > 1``): a headless Service owned by the Job, selecting its pods,
+- **Its rendezvous** (more than one pod): a headless Service owned by the Job, selecting its pods,
   named by the pods' ``subdomain``: each pod then resolves as ``<job name>-<index>.<service>``
   (an Indexed Job's pods are named hosts), and every replica is told replica 0's
   (``rendezvous_env``), with its own rank from the completion index.
@@ -41,6 +47,7 @@ from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import RESULT_ENV
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.tpu import TPU_RESOURCE, TpuSlice, tpu_slice
 
 LABEL_PREFIX = "iris.marin.community/"
 JOB_KEY_LABEL = LABEL_PREFIX + "job-key"  # a digest of the job id: ids do not fit label values
@@ -89,11 +96,26 @@ def rendezvous_service_name(name: str, nonce: str) -> str:
     return f"{name}-{hashlib.sha1(nonce.encode()).hexdigest()[:8]}"
 
 
+def pod_hostname(name: str, nonce: str, index: int) -> str:
+    """Pod ``index``'s stable hostname (``<job name>-<index>``, which the Job controller gives an
+    Indexed Job's pod) under the Service, resolved through the namespace's search domain."""
+    return f"{name}-{index}.{rendezvous_service_name(name, nonce)}"
+
+
 def coordinator_host(name: str, nonce: str, replicas: int) -> str:
-    """Where replica 0 is reached: its stable hostname (``<job name>-0``, which the Job controller
-    gives an Indexed Job's pod) under the Service, resolved through the namespace's search domain;
-    a job of one replica is its own coordinator."""
-    return f"{name}-0.{rendezvous_service_name(name, nonce)}" if replicas > 1 else "127.0.0.1"
+    """Where replica 0 is reached; a job of one pod is its own coordinator."""
+    return pod_hostname(name, nonce, 0) if replicas > 1 else "127.0.0.1"
+
+
+def job_slice(spec: JobSpec) -> TpuSlice | None:
+    """The TPU slice each replica of ``spec`` is, if it names one."""
+    device = spec.resources.device
+    return tpu_slice(device.variant) if device.type == "tpu" and device.variant != "auto" else None
+
+
+def pod_count(spec: JobSpec) -> int:
+    """The Job's pods: one per replica, or per host of each replica's TPU slice."""
+    return spec.resources.replicas * spec.resources.hosts_per_replica
 
 
 def pod_selector(job: Any) -> str:
@@ -130,7 +152,8 @@ class JobTemplate:
         """The batch/v1 Job for one incarnation."""
         spec = submission.spec
         name = job_name(submission.job_id)
-        replicas = spec.resources.replicas
+        pods = pod_count(spec)
+        tpu = job_slice(spec)
         labels = {
             **MANAGED_BY,
             JOB_KEY_LABEL: job_key(submission.job_id),
@@ -162,13 +185,17 @@ class JobTemplate:
         volumes: list[dict[str, Any]] = [{"name": RESULT_VOLUME, "emptyDir": {}}]
         container["volumeMounts"] = [{"name": RESULT_VOLUME, "mountPath": RESULT_DIR}]
         pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
-        if replicas > 1:  # stable per-replica hostnames, through the headless Service of that name
+        if pods > 1:  # stable per-pod hostnames, through the headless Service of that name
             pod_spec["subdomain"] = rendezvous_service_name(name, submission.nonce)
         priority_class = self.priority_classes.get(spec.priority_band)
         if priority_class:
             pod_spec["priorityClassName"] = priority_class
-        if self.tolerations:
-            pod_spec["tolerations"] = [dict(t) for t in self.tolerations]
+        tolerations = [dict(t) for t in self.tolerations]
+        if tpu is not None:
+            pod_spec["nodeSelector"] = tpu.node_labels
+            tolerations.append({"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+        if tolerations:
+            pod_spec["tolerations"] = tolerations
         if placement.label_key and placement.label_values:
             expression = {"key": placement.label_key, "operator": "In", "values": list(placement.label_values)}
             pod_spec["affinity"] = {
@@ -193,8 +220,8 @@ class JobTemplate:
             ]
         job_spec: dict[str, Any] = {
             "completionMode": "Indexed",
-            "completions": replicas,
-            "parallelism": replicas,
+            "completions": pods,
+            "parallelism": pods,
             "backoffLimit": 0,
             # Kueue admits a suspended Job by unsuspending it; without Kueue it starts at once.
             "suspend": bool(self.queue_name),
@@ -217,21 +244,27 @@ class JobTemplate:
         then the job's own (it wins; the job model refuses ``IRIS_*`` names); each replica's rank is
         its completion index, under every name of ``RANK_ENV`` the job did not set itself."""
         spec = submission.spec
-        replicas = spec.resources.replicas
-        host = coordinator_host(job_name(submission.job_id), submission.nonce, replicas)
+        pods = pod_count(spec)
+        name = job_name(submission.job_id)
+        host = coordinator_host(name, submission.nonce, pods)
         values = dict(self.env)
-        values.update(job_identity_env(spec.job_id, submission.nonce, replicas, self.backend_id))
-        values.update(rendezvous_env(host, self.coordinator_port, replicas))
+        values.update(job_identity_env(spec.job_id, submission.nonce, pods, self.backend_id))
+        values.update(rendezvous_env(host, self.coordinator_port, pods))
         values[RESULT_ENV] = RESULT_PATH
         if placement.variant:
             values["IRIS_DEVICE_VARIANT"] = placement.variant
+        ranks = list(RANK_ENV)
+        tpu = job_slice(spec)
+        if tpu is not None and tpu.hosts > 1:
+            # One slice per job (the backend refuses more): a host's index in it is its completion index.
+            hosts = (pod_hostname(name, submission.nonce, index) for index in range(tpu.hosts))
+            values["TPU_WORKER_HOSTNAMES"] = ",".join(hosts)
+            ranks.append("TPU_WORKER_ID")
         values.update(spec.env)
         env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
         field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
         env += [
-            {"name": rank, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
-            for rank in RANK_ENV
-            if rank not in values
+            {"name": rank, "valueFrom": {"fieldRef": {"fieldPath": field_path}}} for rank in ranks if rank not in values
         ]
         return env
 
@@ -294,13 +327,15 @@ def owned_metadata(job: Any, name: str, namespace: str) -> dict[str, Any]:
 
 
 def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
-    """A replica's container resources: its GPUs (request = limit), CPU and memory."""
+    """A pod's container resources: its GPUs or its host's TPU chips (request = limit), CPU and memory."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     device = spec.resources.device
+    # Extended resources cannot be overcommitted: the request must equal the limit.
     if device.type == "gpu":
-        # Extended resources cannot be overcommitted: the request must equal the limit.
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(device.count)
+    elif device.type == "tpu":
+        requests[TPU_RESOURCE] = limits[TPU_RESOURCE] = str(device.count)  # the chips of one host
     if spec.resources.cpu:
         requests["cpu"] = f"{round(spec.resources.cpu * 1000)}m"
     if spec.resources.memory:

@@ -7,7 +7,8 @@ Precedence:
 
 - **The backend wins** on what it relies on: the job's container name, image, command and args,
   resources (GPU requests), its labels and annotations, the Kueue label (on the Job),
-  ``restartPolicy: Never``, the priority class and placement affinity, the pods' ``subdomain``
+  ``restartPolicy: Never``, the priority class and placement affinity, a TPU slice's node
+  selector labels (the template's other selectors are kept), the pods' ``subdomain``
   (the rendezvous' Service), the ``IRIS_*`` and rendezvous variables, and its own volumes
   (``result``, ``workdir``, ``files``) and mounts.
 - **The template's additions are kept**: volumes and mounts are appended, labels and annotations
@@ -145,6 +146,10 @@ def merged_pod_template(generated: Mapping[str, Any], template: Mapping[str, Any
     tolerations = [*(generated_spec.get("tolerations") or []), *(template.get("spec", {}).get("tolerations") or [])]
     if tolerations:
         spec["tolerations"] = _unique(tolerations)
+    # The provider's merge keeps one side's nodeSelector whole: keep both, ours (a TPU slice's labels) winning.
+    selector = {**(template.get("spec", {}).get("nodeSelector") or {}), **(generated_spec.get("nodeSelector") or {})}
+    if selector:
+        spec["nodeSelector"] = selector
     return {"metadata": merged.get("metadata", {}), "spec": spec}
 
 
