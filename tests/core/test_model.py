@@ -449,9 +449,8 @@ def test_the_lifecycle_fields_stay_with_the_parent():
     from iris_airflow_provider.peers.base import Handoff
     from iris_airflow_provider.peers.wire import HandoffRequest
 
-    spec = parse_job(
-        {"job_id": "/a/b", "command": "true", "on_peer_lost": "requeue", "start_timeout_seconds": 60, "prefer": ["h100"]}
-    )
+    lifecycle = {"on_peer_lost": "requeue", "start_timeout_seconds": 60}
+    spec = parse_job({"job_id": "/a/b", "command": "true", **lifecycle, "prefer": ["h100"]})
     sent = HandoffRequest.of(Handoff("/a/b", "n", spec, "", "marin", "a", "a", 1)).spec
     assert (
         "on_peer_lost" not in sent
