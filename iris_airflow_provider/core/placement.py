@@ -59,7 +59,6 @@ from iris_airflow_provider.core.placement_index import (
     Tracked,
     build_options,
     choose_gated,
-    choose_preferring,
     choose_ungated,
 )
 
@@ -224,14 +223,7 @@ def plan(
         tokens = gate_tokens.get(candidate.gate)
         if tokens is None:
             tokens = gate_tokens[candidate.gate] = tuple(token for token, _ in candidate.gate)
-        class_key = (
-            candidate.shape,
-            candidate.pinned_peer_id,
-            candidate.band,
-            tokens,
-            candidate.avoided_peer_ids,
-            candidate.prefer,
-        )
+        class_key = (_class_fields(candidate), tokens)
         opts = options.get(class_key)
         return opts if opts is not None else build(candidate, class_key, tokens)
 
@@ -292,23 +284,15 @@ def plan(
         tokens = gate_tokens.get(gate)
         if tokens is None:
             tokens = gate_tokens[gate] = tuple(token for token, _ in gate)
-        class_key = (
-            candidate.shape,
-            candidate.pinned_peer_id,
-            candidate.band,
-            tokens,
-            candidate.avoided_peer_ids,
-            candidate.prefer,
-        )
+        class_key = (_class_fields(candidate), tokens)
         opts = options.get(class_key)
         if opts is None:
             opts = build(candidate, class_key, tokens)
-        if gate:
-            choice = choose_gated(candidate, opts, promoted, max_per_peer)
-        elif candidate.prefer:
-            choice = choose_preferring(candidate, opts, promoted, active, max_per_peer)
-        else:
-            choice = choose_ungated(opts, promoted, active, max_per_peer)
+        choice = (
+            choose_gated(candidate, opts, promoted, max_per_peer)
+            if gate
+            else choose_ungated(candidate, opts, promoted, active, max_per_peer)
+        )
         if choice is None:
             pending.append(Pending(candidate.job_id, queued_reason(candidate.pinned_peer_id)))
             if reserve_after_ms and eligible(candidate):
@@ -351,3 +335,5 @@ def plan(
 
 # Candidate.queue_key without the method calls, extracted in C: it runs once per queued job.
 _queue_key = attrgetter("band", "submitted_at_ms", "job_id")
+# What candidates sharing one list of options share, but for their gated tokens (the amounts differ).
+_class_fields = attrgetter("shape", "pinned_peer_id", "band", "avoided_peer_ids", "prefer")

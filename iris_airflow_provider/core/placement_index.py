@@ -199,14 +199,18 @@ def _first_shape_only(opts: Options, promoted: list[int], cap: int) -> tuple[int
 
 
 def choose_ungated(
-    opts: Options, promoted: list[int], active: Sequence[int], cap: int
+    candidate: GatedCandidate, opts: Options, promoted: list[int], active: Sequence[int], cap: int
 ) -> Tracked | tuple[int, str, str] | None:
-    """The least-loaded peer (jobs already in flight there plus this pass's promotions), then the
-    lowest peer id; a tracked backend over a shape-only one."""
+    """The most room for what the job prefers, if anything (its class then tracks every backend);
+    then the least-loaded peer (jobs already in flight there plus this pass's promotions), the
+    lowest peer id and backend id (the order of ``opts.tracked``); a tracked backend over a
+    shape-only one."""
+    prefer = candidate.prefer
+    rank = candidate.band.rank
     best: Tracked | None = None
-    best_load = 0
+    best_room = best_load = 0
     dropped = False
-    for position, option in enumerate(opts.tracked):  # one per peer, sorted by peer id
+    for position, option in enumerate(opts.tracked):  # sorted by peer id, then backend id
         peer = option.peer
         if promoted[peer] >= cap:
             dropped = True
@@ -217,35 +221,10 @@ def choose_ungated(
                 dropped = True
                 continue
             opts.tracked[position] = option = spare
+        room = _room(option.capacity, prefer, rank) if prefer else 0
         load = active[peer] + promoted[peer]
-        if best is None or load < best_load:
-            best, best_load = option, load
-    if dropped:
-        _forget_unusable(opts, promoted, cap)
-    if best is not None:
-        return best
-    return _least_loaded_shape_only(opts, promoted, active, cap)
-
-
-def choose_preferring(
-    candidate: GatedCandidate, opts: Options, promoted: list[int], active: Sequence[int], cap: int
-) -> Tracked | tuple[int, str, str] | None:
-    """An ungated job that prefers room for some device variants (its class tracks every backend):
-    the most room for them at its band, then the least-loaded peer, peer id, backend id; a tracked
-    backend over a shape-only one."""
-    prefer = candidate.prefer
-    rank = candidate.band.rank
-    best: Tracked | None = None
-    best_key: tuple[int, int, str, str] | None = None
-    dropped = False
-    for option in opts.tracked:
-        peer = option.peer
-        if promoted[peer] >= cap or option.held_by is not None:
-            dropped = True
-            continue
-        key = (-_room(option.capacity, prefer, rank), active[peer] + promoted[peer], option.peer_id, option.backend_id)
-        if best_key is None or key < best_key:
-            best, best_key = option, key
+        if best is None or room > best_room or (room == best_room and load < best_load):
+            best, best_room, best_load = option, room, load
     if dropped:
         _forget_unusable(opts, promoted, cap)
     if best is not None:
