@@ -24,13 +24,15 @@ OUTPUT_TAIL_LINES = 100
 
 
 def resources_summary(spec: Mapping[str, Any]) -> str:
-    """``2 x 8 h100``, ``4 tpu v5p-8``, ``cpu``: what a job asks for, in a few characters."""
+    """``2 x 8 h100``, ``tpu v5p-16``, ``4 tpu``, ``cpu``: what a job asks for, in a few characters.
+    A TPU slice's name says its size, so its per-host chip count is left out."""
     resources = spec.get("resources") or {}
     device = resources.get("device") or {}
     kind, variant, count = device.get("type", "cpu"), device.get("variant", "auto"), int(device.get("count") or 0)
     replicas = int(resources.get("replicas") or 1)
-    what = kind if variant in ("", "auto") else (variant if kind == "gpu" else f"{kind} {variant}")
-    if count:
+    concrete = variant not in ("", "auto")
+    what = kind if not concrete else (variant if kind == "gpu" else f"{kind} {variant}")
+    if count and not (kind == "tpu" and concrete):
         what = f"{count} {what}"
     return f"{replicas} x {what}" if replicas > 1 else what
 
