@@ -591,6 +591,20 @@
 
   // Job detail -----------------------------------------------------------------------------------
 
+  // A titled block of the job drawer.
+  function Section({ title, children }) {
+    return h(C.Box, null, h(C.Heading, { size: "sm", mb: 2 }, title), children);
+  }
+
+  // A small table with a row per item; each row's cells come from cells(item).
+  function ItemTable({ testid, items, rowKey, cells }) {
+    return h(
+      C.Table.Root,
+      { size: "sm", "data-testid": testid },
+      h(C.Table.Body, null, items.map((item) => h(C.Table.Row, { key: rowKey(item) }, ...cells(item)))),
+    );
+  }
+
   function Field({ label, children }) {
     return h(
       C.DataList.Item,
@@ -782,74 +796,55 @@
                       h(Field, { label: "Task instance" }, h(TaskLink, { job })),
                     ),
                     h(
-                      C.Box,
-                      null,
-                      h(C.Heading, { size: "sm", mb: 2 }, job.pending_reason ? "Why it waits" : "Where it stands"),
+                      Section,
+                      { title: job.pending_reason ? "Why it waits" : "Where it stands" },
                       h(ErrorNote, { error: explained.error }),
                       h(Explanation, { explained: explained.data }),
                     ),
                     h(
-                      C.Box,
-                      null,
-                      h(C.Heading, { size: "sm", mb: 2 }, "History"),
-                      h(
-                        C.Table.Root,
-                        { size: "sm", "data-testid": "history" },
-                        h(
-                          C.Table.Body,
-                          null,
-                          job.events.map((event) =>
-                            h(
-                              C.Table.Row,
-                              { key: event.seq },
-                              h(C.Table.Cell, { whiteSpace: "nowrap", color: "fg.muted" }, when(event.at_ms)),
-                              h(C.Table.Cell, { fontWeight: "semibold" }, event.kind.replace(/_/g, " ")),
-                              h(C.Table.Cell, null, [event.state, event.handoff_state && "handoff " + event.handoff_state, event.peer_id && "peer " + event.peer_id].filter(Boolean).join(" · ")),
-                              h(C.Table.Cell, { wordBreak: "break-word" }, event.detail),
-                            ),
-                          ),
-                        ),
-                      ),
+                      Section,
+                      { title: "History" },
+                      h(ItemTable, {
+                        testid: "history",
+                        items: job.events,
+                        rowKey: (event) => event.seq,
+                        cells: (event) => [
+                          h(C.Table.Cell, { whiteSpace: "nowrap", color: "fg.muted" }, when(event.at_ms)),
+                          h(C.Table.Cell, { fontWeight: "semibold" }, event.kind.replace(/_/g, " ")),
+                          h(C.Table.Cell, null, [event.state, event.handoff_state && "handoff " + event.handoff_state, event.peer_id && "peer " + event.peer_id].filter(Boolean).join(" · ")),
+                          h(C.Table.Cell, { wordBreak: "break-word" }, event.detail),
+                        ],
+                      }),
                       job.pending_reasons.length
                         ? h(C.Text, { fontSize: "sm", color: "fg.muted", mt: 2 }, "Pending reasons so far: " + job.pending_reasons.join(" → "))
                         : null,
                     ),
                     job.replicas && job.replicas.length
                       ? h(
-                          C.Box,
-                          null,
-                          h(C.Heading, { size: "sm", mb: 2 }, "Replicas"),
-                          h(
-                            C.Table.Root,
-                            { size: "sm", "data-testid": "replicas" },
-                            h(
-                              C.Table.Body,
-                              null,
-                              job.replicas.map((replica) =>
-                                h(
-                                  C.Table.Row,
-                                  { key: replica.index },
-                                  h(C.Table.Cell, { fontWeight: "semibold" }, "replica " + replica.index),
-                                  h(C.Table.Cell, null, replica.state),
-                                  h(C.Table.Cell, null, replica.exit_code === null ? "" : "exit code " + replica.exit_code),
-                                ),
-                              ),
-                            ),
-                          ),
+                          Section,
+                          { title: "Replicas" },
+                          h(ItemTable, {
+                            testid: "replicas",
+                            items: job.replicas,
+                            rowKey: (replica) => replica.index,
+                            cells: (replica) => [
+                              h(C.Table.Cell, { fontWeight: "semibold" }, "replica " + replica.index),
+                              h(C.Table.Cell, null, replica.state),
+                              h(C.Table.Cell, null, replica.exit_code === null ? "" : "exit code " + replica.exit_code),
+                            ],
+                          }),
                         )
                       : null,
                     job.output_tail.length
                       ? h(
-                          C.Box,
-                          null,
-                          h(C.Heading, { size: "sm", mb: 2 }, "Latest output"),
+                          Section,
+                          { title: "Latest output" },
                           h(C.Box, { as: "pre", fontSize: "xs", bg: "bg.muted", p: 2, borderRadius: "md", overflowX: "auto", maxH: "240px" }, job.output_tail.join("\n")),
                         )
                       : null,
                     h(
-                      C.Box,
-                      null,
-                      h(C.Heading, { size: "sm", mb: 2 }, "Spec"),
+                      Section,
+                      { title: "Spec" },
                       h(C.Box, { as: "pre", fontSize: "xs", bg: "bg.muted", p: 2, borderRadius: "md", overflowX: "auto" }, JSON.stringify(job.spec, null, 2)),
                     ),
                   )
