@@ -170,6 +170,8 @@ def _lines_after(cursors: Sequence[tuple[str, int]], limit: int) -> sa.Select[An
     return (
         sa.select(job_logs.c.seq, job_logs.c.job_id, job_logs.c.nonce, job_logs.c.line)
         .join(after, sa.and_(job_logs.c.job_id == after.c.job_id, job_logs.c.seq > after.c.after_seq))
+        # Implied by the join, but it lets the database skip older output through the primary key.
+        .where(job_logs.c.seq > min(seq for _, seq in cursors))
         .order_by(job_logs.c.seq)
         .limit(limit)
     )
