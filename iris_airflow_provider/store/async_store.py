@@ -8,7 +8,7 @@ SQLAlchemy runs over the async driver without blocking the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ from iris_airflow_provider.store.logs import record_event
 from iris_airflow_provider.store.records import CancelOutcome, job_values
 from iris_airflow_provider.store.schema import job_events, job_logs, jobs
 
-# Job ids per query: asyncpg refuses more than 32,767 parameters per statement, SQLite (3.32+) 32,766.
+# Job ids per query: asyncpg refuses more than 32,767 parameters per statement, SQLite (3.32+) 32,766
+# (reading output takes two per job: its id and its own cursor).
 MAX_IDS_PER_QUERY = 10_000
 
 # What a waiting task needs to know about its job; the spec itself is never read while waiting.
@@ -96,19 +97,27 @@ class AsyncFederationStore:
                 found.update((row.job_id, JobSnapshot.from_row(row)) for row in result)
         return found
 
-    async def log_lines(self, job_ids: Sequence[str], *, after_seq: int, limit: int) -> list[tuple[int, str, str, str]]:
-        """Relayed output of these jobs after ``after_seq``, oldest first: (seq, job id, nonce, line)."""
-        if not job_ids:
-            return []
-        self.queries += 1
-        query = (
-            sa.select(job_logs.c.seq, job_logs.c.job_id, job_logs.c.nonce, job_logs.c.line)
-            .where(job_logs.c.job_id.in_(list(job_ids)[:MAX_IDS_PER_QUERY]), job_logs.c.seq > after_seq)
-            .order_by(job_logs.c.seq)
-            .limit(limit)
-        )
+    async def log_lines(
+        self, after: Mapping[str, int], *, limit: int
+    ) -> tuple[list[tuple[int, str, str, str]], set[str]]:
+        """Relayed output of these jobs, each after its own last line read (``after``: job id -> seq):
+        (seq, job id, nonce, line), oldest first within each query of up to 10,000 jobs, at most
+        ``limit`` lines per query. Also returns the jobs whose every line after their own seq was read
+        (their query returned fewer than ``limit`` lines)."""
+        cursors = list(after.items())
+        lines: list[tuple[int, str, str, str]] = []
+        caught_up: set[str] = set()
+        if not cursors:
+            return lines, caught_up
         async with self.engine.connect() as connection:
-            return [(row[0], row[1], row[2], row[3]) for row in await connection.execute(query)]
+            for start in range(0, len(cursors), MAX_IDS_PER_QUERY):
+                self.queries += 1
+                chunk = cursors[start : start + MAX_IDS_PER_QUERY]
+                rows = (await connection.execute(_lines_after(chunk, limit))).all()
+                lines.extend((row[0], row[1], row[2], row[3]) for row in rows)
+                if len(rows) < limit:
+                    caught_up.update(job_id for job_id, _ in chunk)
+        return lines, caught_up
 
     async def changed_since(self, updated_at_ms: int) -> list[JobSnapshot]:
         """Every job written at or after ``updated_at_ms`` (by any writer's clock)."""
@@ -147,3 +156,22 @@ class AsyncFederationStore:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+
+
+def _lines_after(cursors: Sequence[tuple[str, int]], limit: int) -> sa.Select[Any]:
+    """Output lines of each job after that job's own seq. A single lower bound for all (the smallest)
+    would re-read every line between it and another job's cursor, and, once ``limit`` of those filled
+    a read, never get past them."""
+    after = (
+        sa.values(sa.column("job_id", sa.Text), sa.column("after_seq", sa.BigInteger), name="cursors")
+        .data(list(cursors))
+        .cte("cursors")  # a CTE: SQLite accepts no column names on a VALUES subquery
+    )
+    return (
+        sa.select(job_logs.c.seq, job_logs.c.job_id, job_logs.c.nonce, job_logs.c.line)
+        .join(after, sa.and_(job_logs.c.job_id == after.c.job_id, job_logs.c.seq > after.c.after_seq))
+        # Implied by the join, but it lets the database skip older output through the primary key.
+        .where(job_logs.c.seq > min(seq for _, seq in cursors))
+        .order_by(job_logs.c.seq)
+        .limit(limit)
+    )

@@ -5,8 +5,8 @@ would send thousands of queries per interval; instead every trigger subscribes t
 which per interval asks the store only for what changed (``updated_at_ms`` at or after its
 watermark, less a margin for writers' clock skew and late commits), and refreshes everything now
 and then as a safety net. Queries per interval do not grow with the number of waits. The same
-poll relays the jobs' output: when a job's newest relayed line moves, its new lines are read, for
-every such job in one query, and handed to its waiters.
+poll relays the jobs' output: when a job's newest relayed line moves, its new lines are read from its
+own last relayed line, for up to 10,000 such jobs per query, and handed to its waiters.
 
 A new waiter hears about its job at once, not one interval later: waiters that subscribe together
 (or while a poll is running) are fetched in one batch shortly after, without an extra query for
@@ -34,7 +34,7 @@ FULL_REFRESH_SECONDS = 60.0
 SUBSCRIBE_BATCH_SECONDS = 0.05  # new waiters arriving within this long share one fetch
 PUBLISH_CHUNK = 250  # waiters woken per event-loop step
 MISSING = None  # published when a watched job is not in the store
-LOG_LINES_PER_POLL = 2000  # relayed output read per poll, for all waiters together
+LOG_LINES_PER_QUERY = 2000  # relayed output read per query, for up to 10,000 waited-on jobs together
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,8 @@ class SharedJobPoller:
         await self._relay_logs()
 
     async def _relay_logs(self) -> None:
-        """Hand new output to the waiters of jobs whose newest relayed line moved (one query for all)."""
+        """Hand new output to the waiters of jobs whose newest relayed line moved: every such job read
+        from its own last relayed line, up to 10,000 jobs per query."""
         due = {
             job_id: self.log_positions.get(job_id, 0)
             for job_id, snapshot in self.latest.items()
@@ -177,16 +178,17 @@ class SharedJobPoller:
         }
         if not due:
             return
-        rows = await self.store.log_lines(sorted(due), after_seq=min(due.values()), limit=LOG_LINES_PER_POLL)
+        rows, caught_up = await self.store.log_lines(due, limit=LOG_LINES_PER_QUERY)
         fresh: dict[str, list[str]] = {}
         for seq, job_id, nonce, line in rows:
-            if seq > due[job_id] and nonce == self.latest[job_id].nonce:  # not an earlier run's output
+            if job_id not in self.latest:  # its last waiter left while the lines were read
+                continue
+            if nonce == self.latest[job_id].nonce:  # not an earlier run's output
                 fresh.setdefault(job_id, []).append(line)
             self.log_positions[job_id] = max(self.log_positions.get(job_id, 0), seq)
-        if len(rows) < LOG_LINES_PER_POLL:  # everything due was read: nothing older is left behind
-            for job_id in due:
-                self.log_positions[job_id] = max(self.log_positions.get(job_id, 0), self.latest[job_id].last_log_seq)
-        for job_id in due:
+        for job_id in caught_up & self.latest.keys():  # nothing older is left behind for these
+            self.log_positions[job_id] = max(self.log_positions.get(job_id, 0), self.latest[job_id].last_log_seq)
+        for job_id in due.keys() & self.latest.keys():
             message = LogLines(job_id, tuple(fresh.get(job_id, ())), self.log_positions.get(job_id, 0))
             for queue in self.watchers.get(job_id, []):
                 queue.put_nowait(message)

@@ -5,8 +5,10 @@ last waiter leaves, and which survives a flaky store. Real triggers on a real SQ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,8 +18,10 @@ from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store import async_store
 from iris_airflow_provider.store.async_store import AsyncFederationStore
+from iris_airflow_provider.store.store import FederationStore
 from iris_airflow_provider.triggers.federation import FederationJobTrigger
-from iris_airflow_provider.triggers.poller import SharedJobPoller
+from iris_airflow_provider.triggers.poller import LOG_LINES_PER_QUERY, LogLines, Message, SharedJobPoller
+from tests.postgres import scratch_database
 from tests.triggers.conftest import (
     INTERVAL,
     hand_off,
@@ -300,3 +304,101 @@ async def test_a_poller_left_on_a_closed_event_loop_is_not_reused(store_url):
     finally:
         await stale.store.dispose()
         await fresh.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store(request, store, store_url) -> Iterator[tuple[FederationStore, str]]:
+    """The store and its URL: the SQLite file of ``store``, or a scratch PostgreSQL database."""
+    if request.param == "sqlite":
+        yield store, store_url
+        return
+    with scratch_database("iris_relay") as url:
+        postgres = FederationStore.from_url(url)
+        postgres.migrate()
+        try:
+            yield postgres, url
+        finally:
+            postgres.dispose()
+
+
+async def relayed_until(queue: asyncio.Queue[Message], lines: list[str], done: Callable[[], bool]) -> None:
+    """Collect the output handed to this waiter until ``done()``."""
+
+    async def collect() -> None:
+        while not done():
+            message = await queue.get()
+            if isinstance(message, LogLines):
+                lines.extend(message.lines)
+
+    try:
+        await asyncio.wait_for(collect(), timeout=5)
+    except TimeoutError:
+        pytest.fail(f"output still missing after 5 s; relayed so far: {len(lines)} lines, the last {lines[-3:]}")
+
+
+async def test_a_jobs_new_output_is_relayed_even_behind_more_than_a_reads_worth_of_another_jobs(any_store):
+    """Each job is read from its own last relayed line. Read from the smallest of them (both jobs have
+    new output at once), the quiet job's new line would sit behind the chatty job's 2,000+ lines
+    relayed already, which filled every read: neither job's new line would ever be relayed."""
+    store, url = any_store
+    quiet, chatty = queue_job(store, "/alice/quiet"), queue_job(store, "/alice/chatty")
+    assert store.append_logs(quiet.job_id, quiet.nonce, ["quiet 1"], "q1", now_ms())
+    chatter = [f"chatty {index}" for index in range(LOG_LINES_PER_QUERY + 100)]
+    assert store.append_logs(chatty.job_id, chatty.nonce, chatter, "c1", now_ms())
+    poller = SharedJobPoller.for_store(url, INTERVAL)
+    quiet_queue, chatty_queue = poller.subscribe(quiet.job_id), poller.subscribe(chatty.job_id)
+    quiet_lines: list[str] = []
+    chatty_lines: list[str] = []
+    try:
+        await relayed_until(chatty_queue, chatty_lines, lambda: len(chatty_lines) >= len(chatter))
+        await relayed_until(quiet_queue, quiet_lines, lambda: quiet_lines == ["quiet 1"])
+        # No await in between: the next poll finds both jobs with new output.
+        assert store.append_logs(quiet.job_id, quiet.nonce, ["quiet 2"], "q2", now_ms())
+        assert store.append_logs(chatty.job_id, chatty.nonce, ["chatty more"], "c2", now_ms())
+        await relayed_until(quiet_queue, quiet_lines, lambda: len(quiet_lines) >= 2)
+        await relayed_until(chatty_queue, chatty_lines, lambda: len(chatty_lines) > len(chatter))
+        await asyncio.sleep(5 * INTERVAL)  # a few more polls: nothing is handed over twice
+        while not quiet_queue.empty() or not chatty_queue.empty():
+            for queue, lines in ((quiet_queue, quiet_lines), (chatty_queue, chatty_lines)):
+                if not queue.empty() and isinstance(message := queue.get_nowait(), LogLines):
+                    lines.extend(message.lines)
+    finally:
+        await poller.unsubscribe(quiet.job_id, quiet_queue)
+        await poller.unsubscribe(chatty.job_id, chatty_queue)
+    assert quiet_lines == ["quiet 1", "quiet 2"]
+    assert chatty_lines == [*chatter, "chatty more"]
+
+
+async def test_output_of_more_jobs_than_one_query_names_is_read_in_several_queries_none_skipped(
+    store, store_url, monkeypatch
+):
+    """Up to 10,000 jobs per query (asyncpg's parameter limit; 4 here): every waited-on job with new
+    output is read, in one poll, none left out because its id did not fit in the first query."""
+    monkeypatch.setattr(async_store, "MAX_IDS_PER_QUERY", 4)
+    jobs = [queue_job(store, f"/alice/out-{index}") for index in range(9)]
+    poller = SharedJobPoller.for_store(store_url, 60)  # one poll in this test: the subscribers' first fetch
+    queues = {job.job_id: poller.subscribe(job.job_id) for job in jobs}
+    try:
+        await eventually(lambda: len(poller.latest) == len(jobs), what="every job's first state")
+        # From here the test polls by hand: no poll of the loop's may run alongside and relay first.
+        assert poller.task is not None
+        poller.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller.task
+        await poller.poll_once()  # whatever the loop's first poll left undone
+        for job in jobs:
+            assert store.append_logs(job.job_id, job.nonce, [f"{job.job_id} line"], "c1", now_ms())
+        before = poller.queries
+        await poller.poll_once()
+        relayed: dict[str, list[str]] = {}
+        for job_id, queue in queues.items():
+            while not queue.empty():
+                if isinstance(message := queue.get_nowait(), LogLines):
+                    relayed.setdefault(job_id, []).extend(message.lines)
+        assert relayed == {job.job_id: [f"{job.job_id} line"] for job in jobs}
+        for job in jobs:
+            assert poller.log_positions[job.job_id] == store.get_job(job.job_id).last_log_seq
+        assert poller.queries - before == 1 + 3  # the query for changes, then 9 jobs' output in 3 queries
+    finally:
+        for job_id, queue in queues.items():
+            await poller.unsubscribe(job_id, queue)
