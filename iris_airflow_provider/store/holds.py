@@ -9,13 +9,13 @@ hold in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
 from iris_airflow_provider.core.holds import Hold
 from iris_airflow_provider.core.ledger import BackendKey
-from iris_airflow_provider.store.common import StoreBase, insert, placeable
+from iris_airflow_provider.store.common import StoreBase, chunked, insert, placeable
 from iris_airflow_provider.store.schema import capacity_holds, jobs
 
 
@@ -55,6 +55,7 @@ class Holds(StoreBase):
         return self.capacity_holds()
 
 
-def end_hold(connection: sa.Connection, job_id: str) -> None:
-    """A promoted job holds nothing any more (in the promotion's transaction)."""
-    connection.execute(capacity_holds.delete().where(capacity_holds.c.job_id == job_id))
+def end_holds(connection: sa.Connection, job_ids: Sequence[str]) -> None:
+    """Promoted jobs hold nothing any more (in the promotion's transaction)."""
+    for batch in chunked(job_ids):
+        connection.execute(capacity_holds.delete().where(capacity_holds.c.job_id.in_(batch)))
