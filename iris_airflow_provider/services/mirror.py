@@ -56,6 +56,7 @@ class Mirror:
 
         results = each_peer(self._peers(sent), sync_peer, self.timeout_s)
         reports: list[tuple[JobRecord, JobReport]] = []
+        cursors: dict[str, str] = {}
         for peer_id, result in results.items():
             if isinstance(result, BaseException):
                 log.warning("Status sync with peer %s failed: %s", peer_id, result)
@@ -66,8 +67,9 @@ class Mirror:
                     reports.append((job, job_report))
                 elif self._gone(job, job.job_id in result.gone):
                     reported.append(job.job_id)
-            self.store.save_sync_cursor(peer_id, result.cursor, self.clock())
+            cursors[peer_id] = result.cursor
         changed = self.apply_reports(reports)  # every peer's reports in one transaction
+        self.store.save_sync_cursors(cursors, self.clock())  # after the reports they cover
         reported += [job.job_id for job, _ in reports if job.job_id in changed]
         for job in local:
             if self._sync_local(job):

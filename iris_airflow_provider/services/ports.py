@@ -6,7 +6,7 @@ Each service names the part it uses, so a service test can run on a fake store;
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
@@ -48,7 +48,7 @@ class MirrorStore(JobReads, Protocol):
 
     def sync_cursor(self, peer_id: str) -> str: ...
 
-    def save_sync_cursor(self, peer_id: str, cursor: str, now_ms: int) -> None: ...
+    def save_sync_cursors(self, cursors: Mapping[str, str], now_ms: int) -> None: ...
 
 
 class PeerStateReads(Protocol):
@@ -58,14 +58,8 @@ class PeerStateReads(Protocol):
 class HeartbeatStore(PeerStateReads, Protocol):
     """Peers as last heard from."""
 
-    def record_heartbeat(
-        self,
-        peer_id: str,
-        now_ms: int,
-        backends: Sequence[PeerBackend] | None,
-        *,
-        error: str = "",
-        asked_at_ms: int | None = None,
+    def record_heartbeats(
+        self, answers: Mapping[str, Sequence[PeerBackend] | BaseException], now_ms: int, *, asked_at_ms: int
     ) -> None: ...
 
     def forget_peers(self, keep: Iterable[str]) -> None: ...

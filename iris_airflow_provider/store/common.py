@@ -134,8 +134,9 @@ def events(connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> None:
         connection.execute(job_events.insert(), list(rows))
 
 
-def chunked(items: Sequence[T], size: int = BATCH) -> Iterator[Sequence[T]]:
-    """``items`` in slices of at most ``size``: one statement's worth of bound parameters each."""
+def chunked(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most :data:`BATCH`: one statement's worth of bound parameters each."""
+    size = BATCH  # read when called: tests shrink it to exercise several batches
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
