@@ -3,7 +3,8 @@
 Each peer gets its pending handoffs in one thread (peers in parallel, bounded by the delivery
 timeout). Each delivery is claimed in the store before its call (so a cancel knows it may still
 land, and no other tick delivers it meanwhile) and records its own outcome when the call returns,
-even after the tick stopped waiting for it: a peer that admits a job late is never forgotten. A
+even after the tick stopped waiting for it: a peer that admits a job late is never forgotten. The
+round's claims are one transaction, and so are the admissions it saw (each row still conditional). A
 delivery that fails is judged by :mod:`iris_airflow_provider.core.handoff_policy`: retry later on
 the same peer, back to the queue, or reject; this module only carries that out.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 
 from iris_airflow_provider.backends.base import JobReport
@@ -30,7 +31,7 @@ from iris_airflow_provider.core.job_report import projected
 from iris_airflow_provider.peers.base import Handoff, Peer, PeerError
 from iris_airflow_provider.services.fanout import each_peer
 from iris_airflow_provider.services.ports import DeliveryStore
-from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
+from iris_airflow_provider.store.records import Admitted, HandoffRefusal, JobRecord
 from iris_airflow_provider.store.store import RequeueOutcome
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class Delivery:
     rules: RequeueRules
     max_requeues: int
     timeout_s: float
-    apply_report: Callable[[JobRecord, JobReport], bool]
+    apply_reports: Callable[[Sequence[tuple[JobRecord, JobReport]]], set[str]]
 
     def deliver(self) -> Delivered:
         """Hand every pending handoff due now to its peer."""
@@ -112,12 +113,18 @@ class Delivery:
         by_peer: dict[str, list[JobRecord]] = defaultdict(list)
         now = self.clock()
         stale_before = claim_stale_before(now, int(self.timeout_s * 1000))
+        claimable = []
         for job in self.store.pending_handoffs(now):
             if job.peer_id not in self.peers:  # removed from the configuration since the promotion
                 self.failed(job, DeliveryError.CANNOT_TAKE, f"peer {job.peer_id} is not configured", done)
-            # Claimed before its call (none for a job cancelled since, or another tick delivers it):
-            # a cancel then knows it may still land.
-            elif self.store.begin_delivery(job.job_id, job.nonce, now, stale_before_ms=stale_before):
+            else:
+                claimable.append(job)
+        # Claimed before their calls (none for a job cancelled since, or one another tick delivers):
+        # a cancel then knows it may still land. One transaction for all of them.
+        incarnations = [(job.job_id, job.nonce) for job in claimable]
+        claimed = self.store.begin_deliveries(incarnations, now, stale_before_ms=stale_before)
+        for job in claimable:
+            if job.job_id in claimed:
                 by_peer[job.peer_id].append(job)
         batches = {peer_id: _Batch(jobs) for peer_id, jobs in by_peer.items()}
 
@@ -135,6 +142,7 @@ class Delivery:
                     self._landed_late(job, outcome)
 
         results = each_peer({peer_id: self.peers[peer_id] for peer_id in batches}, deliver_all, self.timeout_s)
+        admitted: list[tuple[JobRecord, JobReport]] = []
         for peer_id, result in results.items():
             batch = batches[peer_id]
             if isinstance(result, BaseException):
@@ -145,15 +153,23 @@ class Delivery:
                     self.failed(job, DeliveryError.TRANSIENT, str(result), done)
                     self.store.release_delivery(job.job_id, job.nonce)
             for job, outcome in batch.done:
-                self._record(job, outcome, done)
+                if isinstance(outcome, JobReport):
+                    admitted.append((job, outcome))
+                else:
+                    self._record_failure(job, outcome, done)
+        self._record_admitted(admitted, done)
         return done
 
-    def _record(self, job: JobRecord, outcome: Outcome, done: Delivered) -> None:
-        if isinstance(outcome, JobReport):
-            if self.store.mark_handed_off(job.job_id, job.nonce, self.clock(), peer_id=job.peer_id):
-                self.apply_report(job, outcome)
-                done.delivered.append(job.job_id)
-            return
+    def _record_admitted(self, admitted: list[tuple[JobRecord, JobReport]], done: Delivered) -> None:
+        """The peers admitted these jobs: each handed off (conditionally), then its report mirrored;
+        one transaction for the marks, one for the reports."""
+        marks = [Admitted(job.job_id, job.nonce, job.peer_id) for job, _ in admitted]
+        handed_off = self.store.mark_handed_off_many(marks, self.clock())
+        reported = [(job, report) for job, report in admitted if job.job_id in handed_off]
+        self.apply_reports(reported)
+        done.delivered += [job.job_id for job, _ in reported]
+
+    def _record_failure(self, job: JobRecord, outcome: Exception, done: Delivered) -> None:
         if isinstance(outcome, PeerError):
             kind = error_kind(outcome)
             self.failed(job, kind, outcome.message if kind is DeliveryError.REFUSED else str(outcome), done)

@@ -89,7 +89,7 @@ class Federation:
             ),
             max_requeues=settings.max_requeues,
             timeout_s=settings.delivery_timeout_seconds,
-            apply_report=self.mirror.apply_report,
+            apply_reports=self.mirror.apply_reports,
         )
         self.lost_peers = LostPeers(
             store,

@@ -37,16 +37,10 @@ class Heartbeats:
         it was asked: every number in an answer was measured after that (see core/reservations.py)."""
         asked = self.clock()
         results = each_peer(peers, lambda peer: peer.heartbeat(), self.timeout_s)
-        now = self.clock()
-        outcome = {}
-        for peer_id, result in results.items():
-            if isinstance(result, BaseException):
-                self.store.record_heartbeat(peer_id, now, None, error=str(result))
-                outcome[peer_id] = str(result)
-            else:
-                self.store.record_heartbeat(peer_id, now, result, asked_at_ms=asked)
-                outcome[peer_id] = "ok"
-        return outcome
+        self.store.record_heartbeats(results, self.clock(), asked_at_ms=asked)  # one transaction
+        return {
+            peer_id: str(result) if isinstance(result, BaseException) else "ok" for peer_id, result in results.items()
+        }
 
     def refresh_stale(self) -> bool:
         """Ask the peers without a fresh heartbeat for one now, unless they were asked lately.

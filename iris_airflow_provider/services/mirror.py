@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
@@ -55,14 +55,22 @@ class Mirror:
             return peer.sync(ids, self.store.sync_cursor(peer.peer_id))
 
         results = each_peer(self._peers(sent), sync_peer, self.timeout_s)
+        reports: list[tuple[JobRecord, JobReport]] = []
+        cursors: dict[str, str] = {}
         for peer_id, result in results.items():
             if isinstance(result, BaseException):
                 log.warning("Status sync with peer %s failed: %s", peer_id, result)
                 continue
             for job in sent[peer_id]:
-                if self._apply_sync(job, result.reports.get(job.job_id), job.job_id in result.gone):
+                job_report = result.reports.get(job.job_id)
+                if job_report is not None:
+                    reports.append((job, job_report))
+                elif self._gone(job, job.job_id in result.gone):
                     reported.append(job.job_id)
-            self.store.save_sync_cursor(peer_id, result.cursor, self.clock())
+            cursors[peer_id] = result.cursor
+        changed = self.apply_reports(reports)  # every peer's reports in one transaction
+        self.store.save_sync_cursors(cursors, self.clock())  # after the reports they cover
+        reported += [job.job_id for job, _ in reports if job.job_id in changed]
         for job in local:
             if self._sync_local(job):
                 reported.append(job.job_id)
@@ -81,9 +89,7 @@ class Mirror:
         )
         return gone and self.store.mark_gone(job.job_id, job.nonce, now)
 
-    def _apply_sync(self, job: JobRecord, job_report: JobReport | None, gone: bool) -> bool:
-        if job_report is not None:
-            return self.apply_report(job, job_report)
+    def _gone(self, job: JobRecord, gone: bool) -> bool:
         # Only a handed-off job can be gone: a pending one may simply not have arrived yet.
         if gone and job.handoff_state is HandoffState.HANDED_OFF:
             return self.store.mark_gone(job.job_id, job.nonce, self.clock())
@@ -91,14 +97,22 @@ class Mirror:
 
     def apply_report(self, job: JobRecord, job_report: JobReport) -> bool:
         """Mirror what runs ``job`` reports about it; whether the store changed."""
-        if job_report.nonce != job.nonce:
-            return False  # another incarnation's news
-        if job_report.state.terminal and not job.terminal:
-            # Its last output first: a task waiting on the job then has all of it when it sees the end.
-            reader = self.log_reader(job)
-            if reader is not None:
-                self.relay(job, reader)
-        return self.store.mirror(job_report, self.clock())
+        return job.job_id in self.apply_reports([(job, job_report)])
+
+    def apply_reports(self, reports: Sequence[tuple[JobRecord, JobReport]]) -> set[str]:
+        """:meth:`apply_report` for each ``(job, its report)`` (distinct jobs), the store's writes in
+        one transaction; the ids of the jobs that changed."""
+        current = []
+        for job, job_report in reports:
+            if job_report.nonce != job.nonce:
+                continue  # another incarnation's news
+            if job_report.state.terminal and not job.terminal:
+                # Its last output first: a task waiting on the job then has all of it when it sees the end.
+                reader = self.log_reader(job)
+                if reader is not None:
+                    self.relay(job, reader)
+            current.append(job_report)
+        return self.store.mirror_many(current, self.clock()) if current else set()
 
     # Output ------------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ Each service names the part it uses, so a service test can run on a fake store;
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
@@ -18,6 +18,7 @@ from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.reservations import InFlight
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.store.records import (
+    Admitted,
     CancelOutcome,
     HandoffRefusal,
     JobRecord,
@@ -39,7 +40,7 @@ class MirrorStore(JobReads, Protocol):
 
     def in_flight(self) -> list[JobRecord]: ...
 
-    def mirror(self, report: JobReport, now_ms: int) -> bool: ...
+    def mirror_many(self, reports: Sequence[JobReport], now_ms: int) -> set[str]: ...
 
     def mark_gone(self, job_id: str, nonce: str, now_ms: int) -> bool: ...
 
@@ -47,7 +48,7 @@ class MirrorStore(JobReads, Protocol):
 
     def sync_cursor(self, peer_id: str) -> str: ...
 
-    def save_sync_cursor(self, peer_id: str, cursor: str, now_ms: int) -> None: ...
+    def save_sync_cursors(self, cursors: Mapping[str, str], now_ms: int) -> None: ...
 
 
 class PeerStateReads(Protocol):
@@ -57,14 +58,8 @@ class PeerStateReads(Protocol):
 class HeartbeatStore(PeerStateReads, Protocol):
     """Peers as last heard from."""
 
-    def record_heartbeat(
-        self,
-        peer_id: str,
-        now_ms: int,
-        backends: Sequence[PeerBackend] | None,
-        *,
-        error: str = "",
-        asked_at_ms: int | None = None,
+    def record_heartbeats(
+        self, answers: Mapping[str, Sequence[PeerBackend] | BaseException], now_ms: int, *, asked_at_ms: int
     ) -> None: ...
 
     def forget_peers(self, keep: Iterable[str]) -> None: ...
@@ -125,11 +120,15 @@ class DeliveryStore(Protocol):
 
     def pending_handoffs(self, now_ms: int) -> list[JobRecord]: ...
 
-    def begin_delivery(self, job_id: str, nonce: str, now_ms: int, *, stale_before_ms: int) -> bool: ...
+    def begin_deliveries(
+        self, incarnations: Sequence[tuple[str, str]], now_ms: int, *, stale_before_ms: int
+    ) -> set[str]: ...
 
     def release_delivery(self, job_id: str, nonce: str) -> None: ...
 
     def mark_handed_off(self, job_id: str, nonce: str, now_ms: int, *, peer_id: str = "") -> bool: ...
+
+    def mark_handed_off_many(self, admitted: Sequence[Admitted], now_ms: int) -> set[str]: ...
 
     def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool: ...
 

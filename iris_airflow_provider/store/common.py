@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -17,6 +17,10 @@ from iris_airflow_provider.store.schema import job_events, job_logs, jobs, super
 
 TERMINAL_VALUES = tuple(s.value for s in TERMINAL)
 RUN_HERE = (Direction.LOCAL.value, Direction.RECEIVED.value)  # jobs one of this cluster's backends runs
+# Rows per batched statement: well under SQLite's and PostgreSQL's limits on bound parameters.
+BATCH = 500
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -89,6 +93,27 @@ def reported_by_runner() -> sa.ColumnElement[bool]:
     )
 
 
+def event_row(
+    job_id: str,
+    now_ms: int,
+    kind: str,
+    state: JobState | None,
+    handoff: HandoffState | str | None,
+    peer_id: str,
+    detail: str | Direction = "",
+) -> dict[str, Any]:
+    """One history event as the row :func:`events` inserts."""
+    return {
+        "job_id": job_id,
+        "at_ms": now_ms,
+        "kind": kind,
+        "state": state.value if state else None,
+        "handoff_state": str(handoff) if handoff else None,
+        "peer_id": peer_id,
+        "detail": str(detail),
+    }
+
+
 def event(
     connection: sa.Connection,
     job_id: str,
@@ -100,17 +125,20 @@ def event(
     detail: str | Direction = "",
 ) -> None:
     """Append to the job's history (in the transaction of the change it records)."""
-    connection.execute(
-        job_events.insert().values(
-            job_id=job_id,
-            at_ms=now_ms,
-            kind=kind,
-            state=state.value if state else None,
-            handoff_state=str(handoff) if handoff else None,
-            peer_id=peer_id,
-            detail=str(detail),
-        )
-    )
+    events(connection, [event_row(job_id, now_ms, kind, state, handoff, peer_id, detail)])
+
+
+def events(connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Append several events (rows of :func:`event_row`) in one statement."""
+    if rows:
+        connection.execute(job_events.insert(), list(rows))
+
+
+def chunked(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most :data:`BATCH`: one statement's worth of bound parameters each."""
+    size = BATCH  # read when called: tests shrink it to exercise several batches
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def set_terminal(

@@ -3,6 +3,8 @@ us and which of them changed since its cursor; on the requester side, each peer'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import sqlalchemy as sa
 
 from iris_airflow_provider.core.ownership import received_job_key
@@ -46,4 +48,18 @@ class Feed(StoreBase):
                 insert(connection, peer_sync)
                 .values(peer_id=peer_id, **values)
                 .on_conflict_do_update(index_elements=["peer_id"], set_=values)
+            )
+
+    def save_sync_cursors(self, cursors: Mapping[str, str], now_ms: int) -> None:
+        """:meth:`save_sync_cursor` for each peer (peer id -> cursor), in one statement."""
+        if not cursors:
+            return
+        rows = [{"peer_id": peer_id, "cursor": cursor, "synced_at_ms": now_ms} for peer_id, cursor in cursors.items()]
+        with self._write() as connection:
+            upsert = insert(connection, peer_sync).values(rows)
+            new = upsert.excluded
+            connection.execute(
+                upsert.on_conflict_do_update(
+                    index_elements=["peer_id"], set_={"cursor": new.cursor, "synced_at_ms": new.synced_at_ms}
+                )
             )

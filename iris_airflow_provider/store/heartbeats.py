@@ -4,7 +4,7 @@ attributes and availability block, read back as the core's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,24 +30,29 @@ class Heartbeats(StoreBase):
         """Store a peer's heartbeat, answered at ``now_ms`` to a call made at ``asked_at_ms`` (default:
         ``now_ms``): its backends replace the previous ones. ``None``: the call failed, the peer
         becomes unreachable and its last known backends are kept."""
+        answer: Sequence[PeerBackend] | BaseException = backends if backends is not None else Exception(error)
+        self.record_heartbeats({peer_id: answer}, now_ms, asked_at_ms=now_ms if asked_at_ms is None else asked_at_ms)
+
+    def record_heartbeats(
+        self, answers: Mapping[str, Sequence[PeerBackend] | BaseException], now_ms: int, *, asked_at_ms: int
+    ) -> None:
+        """:meth:`record_heartbeat` for each peer's answer (its backends, or why the call failed), in
+        one transaction: the peers that answered in one statement each for the peers, their old
+        backends and their new ones; a failed call on its own (its error is its own)."""
+        answered = {peer_id: answer for peer_id, answer in answers.items() if not isinstance(answer, BaseException)}
         with self._write() as connection:
-            reached = backends is not None
-            values: dict[str, Any] = {"reachable": reached, "last_attempt_ms": now_ms, "last_error": error}
-            if reached:
-                values["last_contact_ms"] = now_ms
-                values["observed_after_ms"] = now_ms if asked_at_ms is None else asked_at_ms
-            # Unreachable since its first unanswered heartbeat (kept while it stays unreachable).
-            since = None if reached else sa.func.coalesce(peers.c.unreachable_since_ms, now_ms)
-            connection.execute(
-                insert(connection, peers)
-                .values(peer_id=peer_id, unreachable_since_ms=None if reached else now_ms, **values)
-                .on_conflict_do_update(index_elements=["peer_id"], set_={**values, "unreachable_since_ms": since})
-            )
-            if backends is None:
+            for peer_id, answer in answers.items():
+                if isinstance(answer, BaseException):
+                    _record_unreachable(connection, peer_id, now_ms, str(answer))
+            if not answered:
                 return
-            connection.execute(peer_backends.delete().where(peer_backends.c.peer_id == peer_id))
-            if backends:
-                connection.execute(peer_backends.insert(), [_backend_row(peer_id, b, now_ms) for b in backends])
+            values = _reached(now_ms, asked_at_ms)
+            upsert = insert(connection, peers).on_conflict_do_update(index_elements=["peer_id"], set_=values)
+            connection.execute(upsert, [{"peer_id": peer_id, **values} for peer_id in answered])
+            connection.execute(peer_backends.delete().where(peer_backends.c.peer_id.in_(list(answered))))
+            rows = [_backend_row(peer_id, b, now_ms) for peer_id, backends in answered.items() for b in backends]
+            if rows:
+                connection.execute(peer_backends.insert(), rows)
 
     def forget_peers(self, keep: Iterable[str]) -> None:
         """Drop peers (and the holds on their backends) that are no longer configured."""
@@ -120,3 +125,27 @@ def _peer_backend(record: BackendRecord) -> PeerBackend:
     block = record.availability
     availability = AvailabilityBlock.model_validate(block).to_core() if block is not None else None
     return PeerBackend(record.backend_id, normalize_advertised(record.attributes), availability, record.kind)
+
+
+def _record_unreachable(connection: sa.Connection, peer_id: str, now_ms: int, error: str) -> None:
+    """A heartbeat call failed: the peer is unreachable, its last known backends are kept."""
+    values = {"reachable": False, "last_attempt_ms": now_ms, "last_error": error}
+    # Unreachable since its first unanswered heartbeat (kept while it stays unreachable).
+    since = sa.func.coalesce(peers.c.unreachable_since_ms, now_ms)
+    connection.execute(
+        insert(connection, peers)
+        .values(peer_id=peer_id, unreachable_since_ms=now_ms, **values)
+        .on_conflict_do_update(index_elements=["peer_id"], set_={**values, "unreachable_since_ms": since})
+    )
+
+
+def _reached(now_ms: int, observed_after_ms: int) -> dict[str, Any]:
+    """A peer's columns once it answered a heartbeat call made at ``observed_after_ms``."""
+    return {
+        "reachable": True,
+        "last_attempt_ms": now_ms,
+        "last_error": "",
+        "last_contact_ms": now_ms,
+        "observed_after_ms": observed_after_ms,
+        "unreachable_since_ms": None,
+    }

@@ -9,13 +9,13 @@ hold in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
 from iris_airflow_provider.core.holds import Hold
 from iris_airflow_provider.core.ledger import BackendKey
-from iris_airflow_provider.store.common import StoreBase, insert, placeable
+from iris_airflow_provider.store.common import StoreBase, chunked, insert, placeable
 from iris_airflow_provider.store.schema import capacity_holds, jobs
 
 
@@ -37,24 +37,24 @@ class Holds(StoreBase):
             )
             gone = ~sa.select(jobs.c.job_id).where(jobs.c.job_id == capacity_holds.c.job_id, placeable()).exists()
             connection.execute(capacity_holds.delete().where(sa.or_(~wanted, gone) if holds else sa.true()))
-            for hold in holds:
-                still_queued = sa.select(jobs.c.job_id).where(jobs.c.job_id == hold.job_id, placeable()).exists()
-                connection.execute(
-                    insert(connection, capacity_holds)
-                    .from_select(
-                        ["job_id", "peer_id", "backend_id", "held_since_ms"],
-                        sa.select(
-                            sa.literal(hold.job_id),
-                            sa.literal(hold.peer_id),
-                            sa.literal(hold.backend_id),
-                            sa.literal(now_ms, sa.BigInteger),
-                        ).where(still_queued),
-                    )
-                    .on_conflict_do_nothing()  # kept as it was, or (a racing tick's) backend taken
-                )
+            # Only jobs still queued and uncancelled keep a hold: read in one statement per batch,
+            # then inserted in one; a hold kept as it was, or whose backend (a racing tick's) is
+            # taken, is left as it is.
+            queued_ids: set[str] = set()
+            for batch in chunked([hold.job_id for hold in holds]):
+                still_queued = sa.select(jobs.c.job_id).where(jobs.c.job_id.in_(batch), placeable())
+                queued_ids.update(connection.execute(still_queued).scalars())
+            rows = [
+                {"job_id": h.job_id, "peer_id": h.peer_id, "backend_id": h.backend_id, "held_since_ms": now_ms}
+                for h in holds
+                if h.job_id in queued_ids
+            ]
+            if rows:
+                connection.execute(insert(connection, capacity_holds).on_conflict_do_nothing(), rows)
         return self.capacity_holds()
 
 
-def end_hold(connection: sa.Connection, job_id: str) -> None:
-    """A promoted job holds nothing any more (in the promotion's transaction)."""
-    connection.execute(capacity_holds.delete().where(capacity_holds.c.job_id == job_id))
+def end_holds(connection: sa.Connection, job_ids: Sequence[str]) -> None:
+    """Promoted jobs hold nothing any more (in the promotion's transaction)."""
+    for batch in chunked(job_ids):
+        connection.execute(capacity_holds.delete().where(capacity_holds.c.job_id.in_(batch)))

@@ -1,4 +1,4 @@
-"""Jobs: admission and reincarnation, reads, state transitions, expiry and cancels.
+"""Jobs: admission and reincarnation, reads, state transitions and cancels (expiry: :mod:`.expiries`).
 
 Every state change is a conditional write on the expected state (and the cancel intent), in the
 transaction of its history event.
@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.core import reasons
 from iris_airflow_provider.core.cancel_settlement import ends_at_once
-from iris_airflow_provider.core.expiry import expiries
 from iris_airflow_provider.core.placement_projection import projection
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.store.common import (
@@ -25,7 +24,6 @@ from iris_airflow_provider.store.common import (
     insert,
     not_terminal,
     placeable,
-    queued,
     reported_by_runner,
     set_terminal,
     supersede,
@@ -178,46 +176,6 @@ class Jobs(StoreBase):
         return self._job_records(sa.select(jobs).where(not_terminal(), reported_by_runner()))
 
     # Transitions -------------------------------------------------------------------------------
-
-    def expire_queued(self, now_ms: int) -> list[str]:
-        """Queued jobs past their deadline (:func:`~iris_airflow_provider.core.expiry.expiries`) become
-        unschedulable; they can never be promoted after. Returns their ids, sorted."""
-        # Only rows already past the deadline are read (the rule as a filter, so a tick over a large
-        # queue does not carry every deadline into Python); the core decides on what comes back.
-        candidates = sa.select(jobs.c.job_id, jobs.c.scheduling_deadline_ms).where(
-            queued(), jobs.c.scheduling_deadline_ms < now_ms
-        )
-        with self._read() as connection:
-            due = expiries(((row[0], row[1]) for row in connection.execute(candidates)), now_ms)
-        if not due:
-            return []  # the common case, on every tick: no write lock taken
-        expired = []
-        with self._write() as connection:
-            for expiry in due:
-                row = connection.execute(
-                    jobs.update()
-                    .where(
-                        jobs.c.job_id == expiry.job_id,
-                        queued(),
-                        jobs.c.scheduling_deadline_ms == expiry.scheduling_deadline_ms,  # the same incarnation
-                    )
-                    .values(
-                        state=JobState.UNSCHEDULABLE.value, error=expiry.error, finished_at_ms=now_ms, **touched(now_ms)
-                    )
-                    .returning(jobs.c.peer_id)
-                ).first()
-                if row is not None:
-                    event(
-                        connection,
-                        expiry.job_id,
-                        now_ms,
-                        "expired",
-                        JobState.UNSCHEDULABLE,
-                        HandoffState.QUEUED,
-                        row[0],
-                    )
-                    expired.append(expiry.job_id)
-        return expired
 
     def transition(
         self,

@@ -271,6 +271,15 @@ class BackendRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Admitted:
+    """Peer ``peer_id`` admitted incarnation ``nonce`` of ``job_id`` (a delivery's outcome)."""
+
+    job_id: str
+    nonce: str
+    peer_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class HandoffRefusal:
     """A peer could not take the incarnation ``nonce`` of ``job_id``: why, and until when to avoid it."""
 

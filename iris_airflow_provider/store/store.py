@@ -9,8 +9,12 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 (one mixin each, all sharing the engine and the transactions of :mod:`.common`):
 
 - :mod:`.migrate`: schema migrations;
-- :mod:`.jobs`: admission, reads, transitions, expiry, cancels;
-- :mod:`.handoffs`: promotion, delivery outcomes (and the delivery claim), requeue, runner reports;
+- :mod:`.jobs`: admission, reads, transitions, cancels;
+- :mod:`.expiries`: queued jobs past their scheduling deadline;
+- :mod:`.promotions`: the placement pass's promotions, by compare-and-set;
+- :mod:`.deliveries`: the delivery claim, and the peer's admission (handed off);
+- :mod:`.handoffs`: failed deliveries (rejected, deferred, requeued), incarnations left on peers;
+- :mod:`.reports`: what a job's runner reports (mirrored), and that it no longer has the job;
 - :mod:`.requeue`: moving a handoff back to the queue under a new incarnation;
 - :mod:`.lifecycle`: cancels the peer answered, lost peers, withdrawals for a start timeout;
 - :mod:`.reservations`: what jobs in flight reserve on their peers (read from the jobs);
@@ -28,7 +32,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from iris_airflow_provider.store.deliveries import Deliveries
 from iris_airflow_provider.store.engine import create_store_engine
+from iris_airflow_provider.store.expiries import Expiries
 from iris_airflow_provider.store.feed import Feed
 from iris_airflow_provider.store.handoffs import AbandonedHandoff, Handoffs
 from iris_airflow_provider.store.heartbeats import Heartbeats
@@ -38,6 +44,8 @@ from iris_airflow_provider.store.leases import Leases
 from iris_airflow_provider.store.lifecycle import Lifecycle
 from iris_airflow_provider.store.logs import Logs
 from iris_airflow_provider.store.migrate import Migrations
+from iris_airflow_provider.store.promotions import Promotions
+from iris_airflow_provider.store.reports import Reports
 from iris_airflow_provider.store.requeue import RequeueOutcome
 from iris_airflow_provider.store.reservations import Reservations
 from iris_airflow_provider.store.results import Results
@@ -50,7 +58,11 @@ __all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome",
 class FederationStore(
     Migrations,
     Jobs,
+    Expiries,
+    Promotions,
+    Deliveries,
     Handoffs,
+    Reports,
     Lifecycle,
     Reservations,
     Holds,

@@ -4,6 +4,7 @@ that fail as told. Nothing here needs a database: the decisions are the point.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,7 +16,7 @@ from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode
 from iris_airflow_provider.services.delivery import Delivery
-from iris_airflow_provider.store.records import HandoffRefusal, JobRecord
+from iris_airflow_provider.store.records import Admitted, HandoffRefusal, JobRecord
 from iris_airflow_provider.store.store import RequeueOutcome
 
 NOW = 1_700_000_000_000
@@ -65,9 +66,11 @@ class FakeStore:
     def pending_handoffs(self, now_ms: int) -> list[JobRecord]:
         return list(self.jobs)
 
-    def begin_delivery(self, job_id: str, nonce: str, now_ms: int, *, stale_before_ms: int) -> bool:
-        self.claims.append(("claim", job_id))
-        return job_id not in self.held
+    def begin_deliveries(
+        self, incarnations: Sequence[tuple[str, str]], now_ms: int, *, stale_before_ms: int
+    ) -> set[str]:
+        self.claims += [("claim", job_id) for job_id, _ in incarnations]
+        return {job_id for job_id, _ in incarnations if job_id not in self.held}
 
     def release_delivery(self, job_id: str, nonce: str) -> None:
         self.claims.append(("release", job_id))
@@ -75,6 +78,9 @@ class FakeStore:
     def mark_handed_off(self, job_id: str, nonce: str, now_ms: int, *, peer_id: str = "") -> bool:
         self.calls.append(("handed_off", job_id))
         return True
+
+    def mark_handed_off_many(self, admitted: Sequence[Admitted], now_ms: int) -> set[str]:
+        return {a.job_id for a in admitted if self.mark_handed_off(a.job_id, a.nonce, now_ms, peer_id=a.peer_id)}
 
     def reject_handoff(self, job_id: str, nonce: str, message: str, now_ms: int) -> bool:
         self.calls.append(("reject", job_id, message))
@@ -108,6 +114,11 @@ class FailingPeer:
 
 def deliver(store: FakeStore, peers: dict[str, Any], jitter: float = 1.0) -> tuple[Any, list[Any]]:
     applied: list[Any] = []
+
+    def apply_reports(reports: Sequence[tuple[JobRecord, JobReport]]) -> set[str]:
+        applied.extend((job.job_id, report.state) for job, report in reports)
+        return {job.job_id for job, _ in reports}
+
     delivery = Delivery(
         store,
         cluster="marin",
@@ -117,7 +128,7 @@ def deliver(store: FakeStore, peers: dict[str, Any], jitter: float = 1.0) -> tup
         rules=RULES,
         max_requeues=3,
         timeout_s=5,
-        apply_report=lambda job, report: applied.append((job.job_id, report.state)) or True,
+        apply_reports=apply_reports,
     )
     return delivery.deliver(), applied
 

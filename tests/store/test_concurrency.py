@@ -12,6 +12,8 @@ import multiprocessing
 import random
 from collections import Counter
 
+import pytest
+
 from iris_airflow_provider.core.model import parse_job
 from iris_airflow_provider.core.placement import Promotion
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
@@ -24,12 +26,15 @@ CANCELLERS = 2
 EPOCH = 1_000
 
 
-def _promoter(url: str, peer_id: str, seed: int, barrier, results) -> None:
+def _promoter(url: str, peer_id: str, seed: int, batch: int, barrier, results) -> None:
     store = FederationStore.from_url(url)
     order = [f"/u/job-{i}" for i in range(JOBS)]
     random.Random(seed).shuffle(order)
+    promotions = [Promotion(job_id, peer_id, "b", False, {"h100": 1}, EPOCH) for job_id in order]
     barrier.wait()
-    won = [job_id for job_id in order if store.promote(Promotion(job_id, peer_id, "b", False, {"h100": 1}, EPOCH), 5)]
+    won = []
+    for start in range(0, JOBS, batch):  # as a tick applies its pass: a batch of promotions at once
+        won += [promotion.job_id for promotion in store.apply_promotions(promotions[start : start + batch], 5)]
     results.put((f"{peer_id}#{seed}", won))
     store.dispose()
 
@@ -44,7 +49,8 @@ def _canceller(url: str, seed: int, barrier, results) -> None:
     store.dispose()
 
 
-def test_concurrent_promotions_and_cancels_never_double_promote_or_promote_a_cancelled_job(store):
+@pytest.mark.parametrize("batch", [1, 40], ids=["one-by-one", "batched"])
+def test_concurrent_promotions_and_cancels_never_double_promote_or_promote_a_cancelled_job(store, batch):
     url = store.url
     for i in range(JOBS):
         spec = parse_job(
@@ -57,7 +63,8 @@ def test_concurrent_promotions_and_cancels_never_double_promote_or_promote_a_can
     results = context.Queue()
     # Two promoters share a peer, like two ticks that planned the same placement.
     workers = [
-        context.Process(target=_promoter, args=(url, f"peer-{n % 2}", n, barrier, results)) for n in range(PROMOTERS)
+        context.Process(target=_promoter, args=(url, f"peer-{n % 2}", n, batch, barrier, results))
+        for n in range(PROMOTERS)
     ]
     workers += [context.Process(target=_canceller, args=(url, 100 + n, barrier, results)) for n in range(CANCELLERS)]
     for worker in workers:
