@@ -8,9 +8,19 @@ the job's history from the federation store. It prints, per sample and as median
 - trigger -> queued: the REST call until the operator admitted the job (task start-up included);
 - queued -> promoted: until a placement tick promoted it (the wake trigger plus a DAG run);
 - queued -> running: until the peer reported it running;
-- trigger -> promoted.
+- trigger -> promoted;
 
-The figures depend on the machine; the first sample after start-up is excluded as a warm-up.
+and queued -> promoted step by step, from the placement DAG run that promoted the job (its asset
+event, its run and its task instance, read through the REST API):
+
+- wake: queued until the wake trigger's asset event (its store poll, every second);
+- run created: until the scheduler created the placement DAG run for that event;
+- task started: until its ``tick`` task started (scheduling, the executor, the task's start-up);
+- tick: until the tick promoted the job (the task's imports, heartbeats, the queue read, the pass).
+
+A promotion by a run the interval timetable started (no asset event) has no wake step and counts
+the run's creation from the job's admission. The figures depend on the machine; the first sample
+after start-up is excluded as a warm-up.
 
     .venv/bin/python -m bench.latency_bench [--samples 10] [--postgres] [--json]
 """
@@ -26,6 +36,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from datetime import datetime
 from pathlib import Path
 
 from devtools.airflow_deployment import REPO, AirflowDeployment
@@ -61,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(store.dispose)
         samples = [_sample(deployment, store, i) for i in range(args.samples + 1)][1:]  # the first warms up
 
-    columns = ("trigger_to_queued", "queued_to_promoted", "queued_to_running", "trigger_to_promoted")
+    columns = (
+        "trigger_to_queued",
+        "queued_to_promoted",
+        "queued_to_running",
+        "trigger_to_promoted",
+        *(f"step_{step}" for step in STEPS),
+    )
     summary = {
         column: {
             "median_s": statistics.median(s[column] for s in samples),
@@ -95,7 +112,7 @@ def _sample(deployment: AirflowDeployment, store: FederationStore, index: int) -
     run_id = deployment.trigger("federated_job", {"job": job}, user="alice")
     deployment.wait_for_run("federated_job", run_id, timeout=120)
     record = next(j for j in store.list_jobs(limit=10_000) if j.origin and j.origin.run_id == run_id)
-    at = {}
+    at: dict[str, float] = {}
     for event in store.events(record.job_id):
         at.setdefault(event.kind if event.kind != "reported" else f"reported:{event.state}", event.at_ms / 1000)
     return {
@@ -103,7 +120,44 @@ def _sample(deployment: AirflowDeployment, store: FederationStore, index: int) -
         "queued_to_promoted": at["promoted"] - at["admitted"],
         "queued_to_running": at.get("reported:running", at.get("handed_off", at["promoted"])) - at["admitted"],
         "trigger_to_promoted": at["promoted"] - triggered,
+        **{f"step_{step}": seconds for step, seconds in _steps(deployment, at["admitted"], at["promoted"]).items()},
     }
+
+
+STEPS = ("wake", "run_created", "task_started", "tick")
+
+
+def _steps(deployment: AirflowDeployment, admitted: float, promoted: float) -> dict[str, float]:
+    """Queued -> promoted split at the placement run that promoted the job (see the module docstring)."""
+    runs = deployment.api(
+        "GET", "/api/v2/dags/iris_federation_tick/dagRuns", params={"order_by": "-run_after", "limit": 50}
+    )
+    runs.raise_for_status()
+    for run in runs.json()["dag_runs"]:
+        task = deployment.task_instance("iris_federation_tick", run["dag_run_id"], "tick")
+        if not (task.get("start_date") and task.get("end_date")):
+            continue
+        started, ended = _epoch(task["start_date"]), _epoch(task["end_date"])
+        if not started <= promoted <= ended:
+            continue
+        created = _epoch(run["queued_at"])
+        events = deployment.api(
+            "GET", f"/api/v2/dags/iris_federation_tick/dagRuns/{run['dag_run_id']}/upstreamAssetEvents"
+        )
+        events.raise_for_status()
+        woken = [_epoch(e["timestamp"]) for e in events.json()["asset_events"] if _epoch(e["timestamp"]) >= admitted]
+        wake = min(woken) if woken else admitted
+        return {
+            "wake": wake - admitted,
+            "run_created": created - wake,
+            "task_started": started - created,
+            "tick": promoted - started,
+        }
+    raise RuntimeError(f"no placement run's tick task spans the promotion at {promoted:.3f}")
+
+
+def _epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 def _percentile(values: list[float], fraction: float) -> float:
