@@ -65,19 +65,25 @@ class FaultProxy:
                     hold.arrived.set()
                     hold.released.wait(hold.timeout)
                 action = proxy._take(self.path)
-                response, served_by = None, ""
+                response, served_by, refused = None, "", 0
                 for upstream in proxy._in_turn(self.path):
                     try:
                         response = httpx.request(
                             self.command, upstream + self.path, headers=headers, content=body, timeout=60
                         )
                     except httpx.ConnectError:
+                        refused += 1
                         continue  # not listening (stopped or killed): the next one, as a load balancer would
                     except httpx.HTTPError:
                         break
                     served_by = upstream
                     proxy.served.append((self.path, upstream))
                     break
+                if response is None and refused == len(proxy.upstreams):
+                    # Nothing listens yet (or any more): the caller sees what it would see without
+                    # the proxy, a connection closed unanswered, and retries as it would then.
+                    self.close_connection = True
+                    return
                 if response is None:
                     self.close_connection = True
                     self.send_error(502, "upstream unavailable")
