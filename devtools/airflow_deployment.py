@@ -10,6 +10,12 @@ every DAG alike). ``auth_manager="fab"`` runs the FAB auth manager instead (the
 ``apache-airflow-providers-fab`` package), whose roles can grant permissions on single DAGs: the
 same users get FAB's built-in roles, and :meth:`AirflowDeployment.create_role` and
 :meth:`AirflowDeployment.create_user` add more through FAB's own REST API.
+
+``executor="celery"`` runs the CeleryExecutor with a ``celery worker`` (Redis as the broker, the
+metadata database as the result backend), and ``instances`` runs several schedulers, triggerers or
+api-servers, as a highly available deployment does: the first instance of a component is named
+after it (``scheduler``), the others ``scheduler.2`` and so on, each with its own log, and each
+can be stopped or killed alone. Api-server instances listen on ``api_ports`` (the first on ``port``).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from cryptography.fernet import Fernet
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+CELERY_WORKER = "celery-worker"  # `airflow celery worker`, with executor="celery"
 USERS = {"admin": "admin", "alice": "user", "bob": "user", "viewer": "viewer"}
 FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 FAB_ROLES = {"admin": "Admin", "user": "User", "op": "Op", "viewer": "Viewer"}  # FAB's built-in roles
@@ -83,6 +90,15 @@ class AirflowDeployment:
     passwords: dict[str, str] = field(default_factory=dict)  # default: "<user>-password"
     auth_manager: Literal["simple", "fab"] = "simple"
     components: tuple[str, ...] = COMPONENTS  # ("api-server",) alone serves the UI and REST API
+    executor: Literal["local", "celery"] = "local"
+    # The Celery broker, e.g. redis://127.0.0.1:6379/3 (a database number of its own per deployment).
+    celery_broker_url: str | None = None
+    celery_concurrency: int = 4
+    instances: dict[str, int] = field(default_factory=dict)  # component -> how many (default 1)
+    api_ports: tuple[int, ...] = ()  # the api-server instances after the first, which listens on `port`
+    # Where workers and triggerers reach the Execution API: with several api-servers, a load
+    # balancer in front of them (default: the first api-server, `base_url`).
+    execution_api_url: str | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -100,7 +116,7 @@ class AirflowDeployment:
             **os.environ,
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if self.executor == "celery" else "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -129,6 +145,15 @@ class AirflowDeployment:
         }
         if self.auth_manager == "fab":
             env["AIRFLOW__CORE__AUTH_MANAGER"] = FAB_AUTH_MANAGER
+        if self.executor == "celery":
+            if not self.celery_broker_url:
+                raise DeploymentError("executor='celery' needs celery_broker_url (e.g. redis://127.0.0.1:6379/1)")
+            env["AIRFLOW__CELERY__BROKER_URL"] = self.celery_broker_url
+            # Task results in the metadata database (Celery's SQLAlchemy backend), not in the broker.
+            env["AIRFLOW__CELERY__RESULT_BACKEND"] = "db+" + self.metadata_url
+            env["AIRFLOW__CELERY__WORKER_CONCURRENCY"] = str(self.celery_concurrency)
+        if self.execution_api_url:
+            env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] = self.execution_api_url
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         if self.fast_failure_detection:
             env.update(FAST_FAILURE_DETECTION)
@@ -160,8 +185,8 @@ class AirflowDeployment:
             self._airflow("users", "create", *_fab_user_args("admin", self.password("admin"), "Admin"))
         for name, value in self.variables.items():  # in the metadata database, as `airflow variables set` puts them
             self._airflow("variables", "set", name, value)
-        for component in self.components:
-            self.start_component(component)
+        for instance in self.instance_names():
+            self.start_component(instance)
         self.wait_healthy(timeout)
         if self.auth_manager == "fab":
             for user, role in USERS.items():
@@ -174,11 +199,35 @@ class AirflowDeployment:
             raise DeploymentError(f"airflow {args[0]} {args[1]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return done.stdout
 
+    def instance_names(self) -> list[str]:
+        """Every process this deployment runs: each component's instances, then the Celery worker."""
+        names = []
+        for component in self.components:
+            count = self.instances.get(component, 1)
+            names += [component] + [f"{component}.{n}" for n in range(2, count + 1)]
+        if self.executor == "celery":
+            names.append(CELERY_WORKER)
+        return names
+
+    def api_urls(self) -> list[str]:
+        """Every api-server instance's address, the first (``base_url``) first."""
+        return [self.base_url] + [f"http://127.0.0.1:{port}" for port in self.api_ports]
+
     def start_component(self, component: str) -> None:
-        args = [str(VENV_BIN / "airflow"), component]
-        if component in ("scheduler", "triggerer"):
+        """Start a component, or one instance of it (``scheduler.2``, ``api-server.2``)."""
+        kind, _, number = component.partition(".")
+        if kind == CELERY_WORKER:
+            args = [str(VENV_BIN / "airflow"), "celery", "worker", "--skip-serve-logs", "--without-gossip"]
+        else:
+            args = [str(VENV_BIN / "airflow"), kind]
+        if kind in ("scheduler", "triggerer"):
             args.append("--skip-serve-logs")  # no fixed ports: deployments can run side by side
-        log = (self.home / "logs" / f"{component}.log").open("ab")
+        if kind == "api-server" and number:
+            ports = (self.port, *self.api_ports)
+            if int(number) > len(ports):
+                raise DeploymentError(f"{component} has no port: give api_ports one per api-server after the first")
+            args += ["--port", str(ports[int(number) - 1])]
+        log = self.log_path(component).open("ab")
         self.processes[component] = subprocess.Popen(
             args, env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
@@ -224,23 +273,26 @@ class AirflowDeployment:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
 
-    def kill_component(self, component: str) -> None:
+    def kill_component(self, component: str, *, descendants: bool = True) -> None:
         """SIGKILL the component and everything it started (its workers too): a crash, not a stop.
 
         Task processes run in process groups of their own, so the component's group is not enough:
         a task left running holds the connections it inherited from the scheduler, and with them
         the dead scheduler's open transaction and its row locks, which the next scheduler then skips.
+        ``descendants=False`` kills the component's process group alone, so what it started in a
+        session of its own survives (a job supervisor the process backend detached, which a crash
+        of the api-server process alone would not take down).
         """
         process = self.processes.pop(component)
-        descendants = _descendants(process.pid)
+        started = _descendants(process.pid) if descendants else []
         os.killpg(process.pid, signal.SIGKILL)
-        for pid in descendants:
+        for pid in started:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         process.wait(10)
 
     def stop(self) -> None:
-        for component in reversed(COMPONENTS):
+        for component in reversed(list(self.processes)):
             self.stop_component(component)
 
     def wait_healthy(self, timeout: float = 180) -> None:
@@ -253,8 +305,11 @@ class AirflowDeployment:
                         f"{component} exited with {process.returncode}; see {self.log_path(component)}"
                     )
             try:
-                last = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
-                started = [c.replace("-", "_") for c in self.components if c != "api-server"]
+                for url in self._running_api_urls():  # every api-server instance answers
+                    last = httpx.get(f"{url}/api/v2/monitor/health", timeout=5).json()
+                started = [
+                    c.replace("-", "_") for c in self.components if c in ("scheduler", "dag-processor", "triggerer")
+                ]
                 statuses = [last.get(name, {}).get("status") for name in ("metadatabase", *started)]
                 if all(status == "healthy" for status in statuses):
                     return
@@ -262,6 +317,11 @@ class AirflowDeployment:
                 pass
             time.sleep(0.5)
         raise DeploymentError(f"Airflow at {self.base_url} not healthy after {timeout:.0f} s: {last}")
+
+    def _running_api_urls(self) -> list[str]:
+        urls = self.api_urls()
+        running = [name for name in self.processes if name.partition(".")[0] == "api-server"]
+        return [urls[int(name.partition(".")[2] or 1) - 1] for name in running] or [self.base_url]
 
     def log_path(self, component: str) -> Path:
         return self.home / "logs" / f"{component}.log"
@@ -277,10 +337,14 @@ class AirflowDeployment:
             self._tokens[user] = response.json()["access_token"]
         return self._tokens[user]
 
-    def api(self, method: str, path: str, *, user: str = "admin", **kwargs: Any) -> httpx.Response:
+    def api(
+        self, method: str, path: str, *, user: str = "admin", via: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """A REST call as ``user``, to the first api-server or to the one at ``via`` (any instance
+        accepts the token: they share the JWT secret)."""
         headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
         return httpx.request(
-            method, f"{self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 90), **kwargs
+            method, f"{via or self.base_url}{path}", headers=headers, timeout=kwargs.pop("timeout", 90), **kwargs
         )
 
     def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
@@ -293,9 +357,15 @@ class AirflowDeployment:
             f"DAG {dag_id} did not appear within {timeout:.0f} s; see {self.log_path('dag-processor')}"
         )
 
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, *, user: str = "admin") -> str:
+    def trigger(
+        self, dag_id: str, conf: dict[str, Any] | None = None, *, user: str = "admin", via: str | None = None
+    ) -> str:
         response = self.api(
-            "POST", f"/api/v2/dags/{dag_id}/dagRuns", user=user, json={"logical_date": None, "conf": conf or {}}
+            "POST",
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            user=user,
+            via=via,
+            json={"logical_date": None, "conf": conf or {}},
         )
         if response.status_code != 200:
             raise DeploymentError(f"triggering {dag_id} failed: {response.status_code} {response.text}")

@@ -7,6 +7,11 @@ connection without an answer: the caller cannot tell whether its request was app
 exactly the case an idempotent delivery must survive. Armed with ``hold_next(path)``, it keeps the
 next request for ``path`` until the test releases it (other requests pass meanwhile): a call in
 flight, for as long as the test needs to act while it is.
+
+Given several upstreams (the api-servers of one highly available deployment), it takes turns
+between them as a round-robin load balancer does (in turn for each path, so successive calls of one
+kind alternate), passing over one that refuses connections (stopped or killed); ``served`` records
+which upstream answered each request, and ``lost_upstreams`` which one acted on each lost answer.
 """
 
 from __future__ import annotations
@@ -32,8 +37,12 @@ class Hold:
 
 
 class FaultProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *more_upstreams: str) -> None:
         self.upstream = upstream.rstrip("/")
+        self.upstreams = [self.upstream, *(u.rstrip("/") for u in more_upstreams)]
+        self._turns: dict[str, int] = {}
+        self.lost_upstreams: list[str] = []
+        self.served: list[tuple[str, str]] = []  # (path, upstream) of every request forwarded
         self._armed: tuple[str, Callable[[], None]] | None = None
         self._holds: list[Hold] = []  # armed, not yet taken
         self._made: list[Hold] = []
@@ -56,16 +65,32 @@ class FaultProxy:
                     hold.arrived.set()
                     hold.released.wait(hold.timeout)
                 action = proxy._take(self.path)
-                try:
-                    response = httpx.request(
-                        self.command, proxy.upstream + self.path, headers=headers, content=body, timeout=60
-                    )
-                except httpx.HTTPError:
+                response, served_by, refused = None, "", 0
+                for upstream in proxy._in_turn(self.path):
+                    try:
+                        response = httpx.request(
+                            self.command, upstream + self.path, headers=headers, content=body, timeout=60
+                        )
+                    except httpx.ConnectError:
+                        refused += 1
+                        continue  # not listening (stopped or killed): the next one, as a load balancer would
+                    except httpx.HTTPError:
+                        break
+                    served_by = upstream
+                    proxy.served.append((self.path, upstream))
+                    break
+                if response is None and refused == len(proxy.upstreams):
+                    # Nothing listens yet (or any more): the caller sees what it would see without
+                    # the proxy, a connection closed unanswered, and retries as it would then.
+                    self.close_connection = True
+                    return
+                if response is None:
                     self.close_connection = True
                     self.send_error(502, "upstream unavailable")
                     return
                 if action is not None:
                     proxy.lost.append(self.path)
+                    proxy.lost_upstreams.append(served_by)
                     action()
                     self.close_connection = True  # drop the connection: the answer is lost
                     return
@@ -107,6 +132,14 @@ class FaultProxy:
             self._holds.append(hold)
             self._made.append(hold)
         return hold
+
+    def _in_turn(self, path: str) -> list[str]:
+        """The upstreams, starting with the one whose turn it is for ``path`` (its query left out)."""
+        key = path.split("?", 1)[0]
+        with self._lock:
+            start = self._turns.get(key, 0) % len(self.upstreams)
+            self._turns[key] = start + 1
+        return self.upstreams[start:] + self.upstreams[:start]
 
     def _take_hold(self, path: str) -> Hold | None:
         with self._lock:

@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 # PostgreSQL on 127.0.0.1:5432 (installed and started when missing); without it those tests skip (CI requires it).
 scripts/postgres.sh || echo "test: could not set up PostgreSQL; its tests will skip" >&2
+# Redis on 127.0.0.1:6379, the Celery broker of the high-availability test; without it that test skips (CI requires it).
+scripts/redis.sh || echo "test: could not set up Redis; the high-availability test will skip" >&2
 # The UI's browser test drives Debian's Chromium; without it that one test skips (CI requires it).
 scripts/install-browser.sh || echo "test: could not install chromium; the browser test will skip" >&2
 

@@ -67,10 +67,8 @@ def save_logs(deployment: AirflowDeployment, name: str) -> None:
     """Keep the components' logs as test artifacts (.artifacts/e2e-logs/<name>/)."""
     artifacts = Path(__file__).resolve().parents[2] / ".artifacts" / "e2e-logs" / name
     artifacts.mkdir(parents=True, exist_ok=True)
-    for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
-        log = deployment.log_path(component)
-        if log.exists():
-            (artifacts / log.name).write_bytes(log.read_bytes())
+    for log in sorted((deployment.home / "logs").glob("*.log")):  # every component's instances, the Celery worker's
+        (artifacts / log.name).write_bytes(log.read_bytes())
 
 
 @pytest.fixture(scope="module")

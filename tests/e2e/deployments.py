@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
@@ -38,6 +39,8 @@ def deployment_pair(
     peer_port: int,
     extra_env: Mapping[str, str] | None = None,
     parent_env: Mapping[str, str] | None = None,
+    parent_options: Mapping[str, Any] | None = None,
+    peer_options: Mapping[str, Any] | None = None,
 ) -> Iterator[DeploymentPair]:
     """Run a parent and a peer on scratch databases ``<databases>_{parent,peer}_{meta,store}``.
 
@@ -46,7 +49,9 @@ def deployment_pair(
     proxy forwards to), the parent on a free port. The peer starts first, and the pair is yielded once
     the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both are stopped, parent
     first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``. ``extra_env`` goes to
-    both, ``parent_env`` to the parent alone (its connections, say).
+    both, ``parent_env`` to the parent alone (its connections, say). ``parent_options`` and
+    ``peer_options`` give more :class:`AirflowDeployment` fields (its executor, how many instances
+    of each component).
     """
     env = dict(extra_env or {})
     with (
@@ -63,6 +68,7 @@ def deployment_pair(
             cluster_config=root / "parent.yaml",
             dags_folder=DAGS,
             extra_env={**env, **(parent_env or {})},
+            **(parent_options or {}),
         )
         peer = AirflowDeployment(
             home=root / "peer",
@@ -72,6 +78,7 @@ def deployment_pair(
             cluster_config=root / "peer.yaml",
             dags_folder=DAGS,
             extra_env=env,
+            **(peer_options or {}),
         )
         parent_store = FederationStore.from_url(parent_store_url)
         peer_store = FederationStore.from_url(peer_store_url)
