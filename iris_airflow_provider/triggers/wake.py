@@ -4,7 +4,9 @@ The placement DAG runs on a fixed period and also on this trigger's events: a jo
 resubmitted or cancelled (so a queued job is placed within seconds when capacity is free), the
 task waiting on a job was killed (so the tick checks at once whether that task gave the job up),
 or jobs are in flight and the last wake is older than the sync interval (so their state, and freed
-capacity, are picked up promptly). Idle, it costs two small queries per poll and wakes nothing.
+capacity, are picked up promptly). Idle, it costs one small indexed query per poll (plus one per
+sync interval) and wakes nothing. It polls four times a second: the wait for the next poll is part
+of every job's submit-to-promotion time (``bench/latency_bench.py``: the ``wake`` step).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class FederationWakeTrigger(BaseEventTrigger):
         self,
         *,
         conn_id: str = FederationStoreHook.default_conn_name,
-        poll_interval: float = 1.0,
+        poll_interval: float = 0.25,
         sync_interval: float = 10.0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger is untyped
