@@ -100,7 +100,10 @@ class FaultProxy:
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(response.content)))
                 self.end_headers()
-                self.wfile.write(response.content)
+                try:
+                    self.wfile.write(response.content)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client gave up waiting (a timeout, a killed worker)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
 
