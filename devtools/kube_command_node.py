@@ -88,6 +88,8 @@ class PodRun:
     name: str
     uid: str
     containers: dict[str, Container] = field(default_factory=dict)
+    init_containers: dict[str, Container] = field(default_factory=dict)  # run one by one, first
+    initialized: bool = False
     started_at: int = 0
     done: bool = False
     term_sent_at: float | None = None
@@ -272,6 +274,8 @@ class CommandNode:
             for spec in pod.spec.containers:
                 run.containers[spec.name] = Container(spec.name, exit_code=128, failure=failure)
         else:
+            if not self._initialize(run, pod, rootfs):
+                return
             for spec in pod.spec.containers:
                 run.containers[spec.name] = self._launch(pod, spec, rootfs)
         self._publish(run, pod, "Running")
@@ -288,6 +292,22 @@ class CommandNode:
         codes = [c.exit_code for c in run.containers.values()]
         if run.term_sent_at is None:  # a pod being deleted is removed, not finished
             self._publish(run, pod, "Succeeded" if all(code == 0 for code in codes) else "Failed")
+
+    def _initialize(self, run: PodRun, pod: Any, rootfs: Path) -> bool:
+        """Runs the pod's init containers one at a time, each to its end, as a kubelet does; the
+        first that fails (or cannot start) fails the pod and its containers never run."""
+        for spec in pod.spec.init_containers or []:
+            container = run.init_containers[spec.name] = self._launch(pod, spec, rootfs)
+            self._publish(run, pod, "Pending")
+            if container.process is not None:
+                self._collect(run, container)
+            if container.exit_code != 0 or run.term_sent_at is not None:
+                run.done = True
+                if run.term_sent_at is None:
+                    self._publish(run, pod, "Failed")
+                return False
+        run.initialized = True
+        return True
 
     def _launch(self, pod: Any, spec: Any, rootfs: Path) -> Container:
         container = Container(spec.name)
@@ -325,9 +345,48 @@ class CommandNode:
         container.finished_at = time.time_ns()
 
     def _publish(self, run: PodRun, pod: Any, phase: str) -> None:
+        statuses = self._statuses(pod.spec.containers, run.containers, phase)
+        if any(c.failure for c in run.containers.values()):
+            phase = "Pending" if phase == "Running" else phase
+        ready = "True" if statuses and all(s["ready"] for s in statuses) else "False"
+        now = rfc3339(time.time_ns())
+        status = {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "startTime": rfc3339(run.started_at),
+            "containerStatuses": statuses,
+            "conditions": [
+                {"type": kind, "status": value, "lastTransitionTime": now}
+                for kind, value in (
+                    ("Initialized", "True" if run.initialized else "False"),
+                    ("ContainersReady", ready),
+                    ("Ready", ready),
+                )
+            ],
+        }
+        if pod.spec.init_containers:
+            status["initContainerStatuses"] = self._statuses(pod.spec.init_containers, run.init_containers, phase)
+        self._patch_status(run.namespace, run.name, status, uid=run.uid)
+
+    def _statuses(self, specs: list[Any], containers: Mapping[str, Container], phase: str) -> list[dict[str, Any]]:
+        """Each container's status; one not launched yet is waiting (``PodInitializing``)."""
         statuses = []
-        for spec in pod.spec.containers:
-            container = run.containers[spec.name]
+        for spec in specs:
+            container = containers.get(spec.name)
+            if container is None:
+                waiting = {"waiting": {"reason": "PodInitializing"}}
+                statuses.append(
+                    {
+                        "name": spec.name,
+                        "image": spec.image or "",
+                        "imageID": "",
+                        "restartCount": 0,
+                        "ready": False,
+                        "started": False,
+                        "state": waiting,
+                    }
+                )
+                continue
             entry: dict[str, Any] = {
                 "name": spec.name,
                 "image": spec.image or "",
@@ -352,21 +411,7 @@ class CommandNode:
                     }
                 }
             statuses.append(entry)
-        if any(c.failure for c in run.containers.values()):
-            phase = "Pending" if phase == "Running" else phase
-        ready = "True" if all(s["ready"] for s in statuses) else "False"
-        now = rfc3339(time.time_ns())
-        status = {
-            "phase": phase,
-            "hostIP": "127.0.0.1",
-            "startTime": rfc3339(run.started_at),
-            "containerStatuses": statuses,
-            "conditions": [
-                {"type": kind, "status": value, "lastTransitionTime": now}
-                for kind, value in (("Initialized", "True"), ("ContainersReady", ready), ("Ready", ready))
-            ],
-        }
-        self._patch_status(run.namespace, run.name, status, uid=run.uid)
+        return statuses
 
     def _patch_status(self, namespace: str, name: str, status: dict[str, Any], *, uid: str = "") -> None:
         body: dict[str, Any] = {"status": status}
@@ -379,7 +424,7 @@ class CommandNode:
 
     def _mount(self, pod: Any, rootfs: Path) -> None:
         volumes = {v.name: v for v in pod.spec.volumes or []}
-        for spec in pod.spec.containers:
+        for spec in [*(pod.spec.init_containers or []), *pod.spec.containers]:
             for mount in sorted(spec.volume_mounts or [], key=lambda m: len(m.mount_path)):
                 target = rootfs / mount.mount_path.lstrip("/")
                 files = self._volume_files(volumes[mount.name], pod.metadata.namespace)
@@ -436,7 +481,7 @@ class CommandNode:
         """What the kubelet answers for ``/containerLogs/<namespace>/<pod>/<container>``."""
         with self.lock:
             run = next((r for r in self.runs.values() if (r.namespace, r.name) == (namespace, pod)), None)
-            state = run.containers.get(container) if run is not None else None
+            state = (run.containers.get(container) or run.init_containers.get(container)) if run is not None else None
             if state is None or state.process is None:
                 return 400, f'container "{container}" in pod "{pod}" is waiting to start'.encode()
             lines = list(state.lines)
@@ -510,7 +555,7 @@ class CommandNode:
 
 
 def _signal(run: PodRun, sig: int) -> None:
-    for container in run.containers.values():
+    for container in [*run.init_containers.values(), *run.containers.values()]:
         if container.process is not None and container.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(container.process.pid, sig)

@@ -48,3 +48,24 @@ def real_kube(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(message)
     with KubeCluster(tmp_path_factory.mktemp("kube"), bin_dir) as kube:
         yield kube
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory):
+    """fake-gcs-server (``devtools/gcs_emulator.py``), a real Google Cloud Storage emulator, started
+    once for the session on first use, with a bucket ``iris-bundles``.
+
+    Its binary is built by ``scripts/gcs-emulator.sh``; without it the tests that need it skip,
+    saying so, unless ``IRIS_REQUIRE_GCS=1``, which fails them.
+    """
+    from devtools.gcs_emulator import GcsEmulator, find_server
+
+    server = find_server()
+    if server is None:
+        message = "the GCS emulator is not built; run: bash scripts/gcs-emulator.sh"
+        if os.environ.get("IRIS_REQUIRE_GCS") == "1":
+            pytest.fail(message + " (IRIS_REQUIRE_GCS=1)")
+        pytest.skip(message)
+    with GcsEmulator(tmp_path_factory.mktemp("gcs"), server) as gcs:
+        gcs.create_bucket("iris-bundles")
+        yield gcs

@@ -1,6 +1,7 @@
 """A Kubernetes backend's entry in the cluster file: connection, namespace, Kueue queue, priority
-classes per band, how GPU variants are read off nodes, tolerations, job defaults and the pod
-template (the peer's own additions to every pod: ``pod_template.py``)."""
+classes per band, how GPU variants are read off nodes, tolerations, job defaults, the pod
+template (the peer's own additions to every pod: ``pod_template.py``) and the bundle store
+(``gcs_bundles.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationInfo, field_validator
 
+from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, check_bundle_store
 from iris_airflow_provider.backends.kubernetes.pod_template import PodTemplateError, checked_pod_template
 from iris_airflow_provider.core.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
 from iris_airflow_provider.core.names import check_name
@@ -73,8 +75,23 @@ class KubernetesBackendConfig(StrictModel):
         default=None, description="a Pod manifest merged into every job's pods (the peer's; a job cannot set it)"
     )
     pod_template_file: str | None = Field(default=None, description="else a YAML file holding that Pod manifest")
+    bundle_store: str | None = Field(
+        default=None, description="gs://bucket/prefix where workdir bundles go for the pods to fetch; none: no bundles"
+    )
+    bundle_gcp_conn_id: str = Field(
+        default="google_cloud_default", description="the google_cloud_platform connection that writes bundle_store"
+    )
+    bundle_fetch_image: str = Field(
+        default=DEFAULT_FETCH_IMAGE, description="the init container fetching a bundle (python3 3.11.4+ on PATH)"
+    )
 
     _check_id = field_validator("id")(check_name)
+
+    @field_validator("bundle_store")
+    @classmethod
+    def _bundle_store(cls, value: str | None) -> str | None:
+        return check_bundle_store(value) if value is not None else None
+
     _check_names = field_validator("namespace", "queue_name")(_k8s_name)
 
     @field_validator("priority_classes")
