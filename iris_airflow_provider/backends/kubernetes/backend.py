@@ -52,6 +52,7 @@ from iris_airflow_provider.backends.kubernetes.capacity import (
     ClusterCapacity,
     cluster_capacity,
 )
+from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, GcsBundleStore
 from iris_airflow_provider.backends.kubernetes.logs import LOG_SKEW_MARGIN_S, LogReader
 from iris_airflow_provider.backends.kubernetes.manifests import (
     CONTAINER,
@@ -109,6 +110,9 @@ class KubernetesBackend:
         coordinator_port: int = DEFAULT_COORDINATOR_PORT,
         request_timeout_seconds: float = 20,
         pod_template: Mapping[str, Any] | None = None,
+        bundle_store: str | None = None,
+        bundle_gcp_conn_id: str = "google_cloud_default",
+        bundle_fetch_image: str = DEFAULT_FETCH_IMAGE,
         clock: Callable[[], int] | None = None,
     ) -> None:
         from kubernetes.client import V1Toleration
@@ -132,6 +136,8 @@ class KubernetesBackend:
         self.files_in = files_in
         self.max_files_bytes = max_files_bytes
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
+        # Where workdir bundles go for the pods to fetch (gcs_bundles.py); none: this backend takes none.
+        self.bundle_store = GcsBundleStore(bundle_store, bundle_gcp_conn_id) if bundle_store else None
         self.template = JobTemplate(
             backend_id=backend_id,
             queue_name=queue_name,
@@ -143,6 +149,8 @@ class KubernetesBackend:
             ttl_seconds_after_finished=ttl_seconds_after_finished,
             coordinator_port=coordinator_port,
             pod_template=checked_pod_template(pod_template) if pod_template is not None else None,
+            bundle_store=self.bundle_store,
+            bundle_fetch_image=bundle_fetch_image,
         )
         self.clock = clock or now_ms
         self._warned_classes: frozenset[str] = frozenset()

@@ -41,6 +41,7 @@ from iris_airflow_provider.backends.base import (
     rendezvous_env,
 )
 from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
+from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, GcsBundleStore
 from iris_airflow_provider.backends.kubernetes.pod_template import merged_pod_template
 from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_PATH, RESULT_VOLUME, wrapped_command
 from iris_airflow_provider.core.bands import Band
@@ -147,6 +148,8 @@ class JobTemplate:
     ttl_seconds_after_finished: int | None = None
     coordinator_port: int = DEFAULT_COORDINATOR_PORT  # where replica 0 listens (MASTER_PORT)
     pod_template: Mapping[str, Any] | None = None  # the peer's additions (pod_template.py)
+    bundle_store: GcsBundleStore | None = None  # where the pods fetch workdir bundles from (gcs_bundles.py)
+    bundle_fetch_image: str = DEFAULT_FETCH_IMAGE
 
     def job_manifest(self, submission: Submission, placement: JobPlacement, namespace: str) -> dict[str, Any]:
         """The batch/v1 Job for one incarnation."""
