@@ -27,6 +27,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+# What each of the program's exit codes means, for the job's error (``status.py``).
+EXIT_MEANINGS = {
+    1: "its workdir bundle could not be downloaded (see the init container's log)",
+    2: "its workdir bundle in the bundle store is not the one submitted (digest mismatch)",
+    3: "its workdir bundle holds a path outside the workdir, a link out or a device",
+    4: "bundle_fetch_image has no python3 of 3.11.4 or later",
+}
 METADATA_TOKEN = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
 ATTEMPTS = 5  # 429 and 5xx are retried with backoff; anything else fails at once
 CHUNK = 1 << 20

@@ -63,6 +63,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "iris-airflow-provider"}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "job"
+BUNDLE_CONTAINER = "bundle"  # the init container that fetches a workdir bundle (bundle_fetch.py)
 WORKDIR = "/iris/workdir"
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_NAME = re.compile(r"[^a-z0-9]+")

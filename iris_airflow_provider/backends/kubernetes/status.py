@@ -16,8 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
+from iris_airflow_provider.backends.kubernetes.bundle_fetch import EXIT_MEANINGS as FETCH_EXIT_MEANINGS
 from iris_airflow_provider.backends.kubernetes.capacity import KUEUE_ADMISSION_GATE
 from iris_airflow_provider.backends.kubernetes.manifests import (
+    BUNDLE_CONTAINER,
     COMPLETION_INDEX,
     CONTAINER,
     JOB_ID_ANNOTATION,
@@ -51,7 +53,17 @@ def job_report(job: Any, pods: Sequence[Any], backend_id: str) -> JobReport:
             exit_code = codes.get(index)
             reason = terminated(pod).reason if terminated(pod) is not None else None
             shown = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
-            parts.append(f"Replica {index} exited with code {exit_code}{shown}")
+            stopped = init_failure(pod)
+            if stopped is not None and exit_code is None:  # it never ran: say what stopped it
+                name, code = stopped
+                meaning = (
+                    f": {FETCH_EXIT_MEANINGS[code]}" if name == BUNDLE_CONTAINER and code in FETCH_EXIT_MEANINGS else ""
+                )
+                parts.append(
+                    f"Replica {index} did not start: its init container {name} exited with code {code}{meaning}"
+                )
+            else:
+                parts.append(f"Replica {index} exited with code {exit_code}{shown}")
         parts.append(f"Job failed: {failed.reason or 'Failed'}" + (f": {failed.message}" if failed.message else ""))
         error = "; ".join(parts)
     elif job.metadata.deletion_timestamp is not None:
@@ -118,6 +130,15 @@ def terminated(pod: Any) -> Any:
     for status in (pod.status.container_statuses if pod.status else None) or ():
         if status.name == CONTAINER and status.state is not None and status.state.terminated is not None:
             return status.state.terminated
+    return None
+
+
+def init_failure(pod: Any) -> tuple[str, int] | None:
+    """The init container that ended the pod before its job container ran (name, exit code), if any."""
+    for status in (pod.status.init_container_statuses if pod.status else None) or ():
+        ended = status.state.terminated if status.state is not None else None
+        if ended is not None and ended.exit_code:
+            return status.name, int(ended.exit_code)
     return None
 
 
