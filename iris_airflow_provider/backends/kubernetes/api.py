@@ -1,4 +1,6 @@
-"""The ``kubernetes`` backend's calls to the API server, through the cncf-kubernetes provider's hook.
+"""The ``kubernetes`` backend's calls to the API server, through the cncf-kubernetes provider's hook
+(or, for a cluster named by ``gke:``, the google provider's ``GKEKubernetesHook``, which serves the
+same clients: ``gke.py``).
 
 Every call takes the request timeout; every list is paged. Every call is retried as the provider
 retries its own (``generic_api_retry``'s wait, which honours a 429's ``Retry-After``, and its
