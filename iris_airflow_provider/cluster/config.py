@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig, KubernetesToleration
+from iris_airflow_provider.backends.kubernetes.config import GKECluster, KubernetesBackendConfig, KubernetesToleration
 from iris_airflow_provider.backends.process.config import ProcessBackendConfig
 from iris_airflow_provider.core.errors import FieldProblem, SpecError
 from iris_airflow_provider.core.names import check_name, unique_by
@@ -54,6 +54,7 @@ __all__ = [
     "BackendConfig",
     "ClusterConfig",
     "FederationSettings",
+    "GKECluster",
     "KubernetesBackendConfig",
     "KubernetesToleration",
     "PeerConfig",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
 from iris_airflow_provider.cluster.build import build_local_backends, build_peers
@@ -106,7 +107,7 @@ def test_bad_kubernetes_settings_are_named_with_what_is_accepted() -> None:
         parse_cluster_config(document, source="c.yaml")
     found = problems(error)
     where = "c.yaml: peers[0].backends[0]"
-    assert found[where].startswith("unknown field(s) gpus; accepted: id, kind, conn_id, namespace, queue_name")
+    assert found[where].startswith("unknown field(s) gpus; accepted: id, kind, conn_id, gke, namespace, queue_name")
     assert found[f"{where}.namespace"].startswith("must be a Kubernetes object name")
     assert found[f"{where}.priority_classes"].startswith("unknown priority band 'urgent'; accepted: production")
     assert found[f"{where}.variant_label"].startswith("must be a Kubernetes label key such as nvidia.com/gpu.product")
@@ -127,3 +128,99 @@ def test_variant_settings_must_agree() -> None:
     with pytest.raises(SpecError) as unspecified:
         parse_cluster_config({"name": "m", "backends": [{**base, "other_priority_classes": {"x": "unspecified"}}]})
     assert problems(unspecified)[f"{where}.other_priority_classes"].startswith("'unspecified' is not a band")
+
+
+GKE_CLUSTER = """\
+name: marin
+backends:
+  - id: v5p
+    kind: kubernetes
+    gke:
+      gcp_conn_id: google_cloud_marin
+      project_id: marin-tpu
+      location: us-central2-b
+      cluster_name: v5p-pool
+      impersonation_chain: "iris@marin-tpu.iam.gserviceaccount.com, deploy@marin-tpu.iam.gserviceaccount.com"
+      use_dns_endpoint: true
+    queue_name: iris
+"""
+
+
+def test_a_gke_backend_is_parsed_and_built_without_reaching_google() -> None:
+    config = parse_cluster_config(yaml.safe_load(GKE_CLUSTER))
+    (remote,) = config.backends
+    assert isinstance(remote, KubernetesBackendConfig)
+    assert remote.gke is not None
+    assert remote.gke.impersonation_chain == [  # the provider's comma-separated form, split
+        "iris@marin-tpu.iam.gserviceaccount.com",
+        "deploy@marin-tpu.iam.gserviceaccount.com",
+    ]
+    backend = build_local_backends(config)["v5p"]
+    assert isinstance(backend, KubernetesBackend)
+    assert backend.api.gke == remote.gke
+    assert backend.api.namespace == "default"  # a Google Cloud connection names none; no call made
+    assert backend.api._hook is None  # the cluster is fetched on first use, not when the file is loaded
+    defaults = parse_cluster_config(
+        {
+            "name": "m",
+            "backends": [{"id": "g", "kind": "kubernetes", "gke": {"location": "us-east5", "cluster_name": "c"}}],
+        }
+    ).backends[0]
+    assert isinstance(defaults, KubernetesBackendConfig) and defaults.gke is not None
+    assert (defaults.gke.gcp_conn_id, defaults.gke.project_id, defaults.gke.impersonation_chain) == (
+        "google_cloud_default",
+        None,  # the connection's project
+        [],
+    )
+    assert (defaults.gke.use_dns_endpoint, defaults.gke.use_internal_ip, defaults.gke.api_endpoint) == (
+        False,
+        False,
+        None,
+    )
+
+
+def test_bad_gke_settings_are_named_with_what_is_accepted() -> None:
+    gke = {
+        "gcp_conn_id": " ",
+        "project_id": "X",
+        "location": "central",
+        "cluster_name": "Pool_1",
+        "impersonation_chain": ["iris@p.iam.gserviceaccount.com", "not-an-email"],
+        "use_dns_endpoint": True,
+        "use_internal_ip": True,
+        "api_endpoint": "container.example.com",
+        "zone": "us-central1-a",
+    }
+    with pytest.raises(SpecError) as error:
+        parse_cluster_config({"name": "m", "backends": [{"id": "g", "kind": "kubernetes", "gke": gke}]})
+    where = "cluster configuration: backends[0].gke"
+    assert problems(error) == {
+        where: "unknown field(s) zone; accepted: gcp_conn_id, project_id, location, cluster_name, "
+        "impersonation_chain, use_dns_endpoint, use_internal_ip, api_endpoint",
+        f"{where}.gcp_conn_id": "must name an Airflow connection of type google_cloud_platform",
+        f"{where}.project_id": "must be a Google Cloud project id (6 to 30 lowercase letters, digits and hyphens,"
+        " starting with a letter), got 'X'",
+        f"{where}.location": "must be a Google Cloud region (us-central1) or zone (us-central1-a), got 'central'",
+        f"{where}.cluster_name": "must be a GKE cluster name (up to 40 lowercase letters, digits and hyphens,"
+        " starting with a letter), got 'Pool_1'",
+        f"{where}.impersonation_chain": "must be service account emails (name@project.iam.gserviceaccount.com),"
+        " got 'not-an-email'",
+        f"{where}.use_internal_ip": "give use_dns_endpoint or use_internal_ip, not both",
+        f"{where}.api_endpoint": "must be an http(s)://host[:port] URL, got 'container.example.com'",
+    }
+    with pytest.raises(SpecError) as missing:
+        parse_cluster_config({"name": "m", "backends": [{"id": "g", "kind": "kubernetes", "gke": {}}]})
+    assert set(problems(missing)) == {f"{where}.location", f"{where}.cluster_name"}
+
+
+def test_a_backend_names_a_kubernetes_connection_or_a_gke_cluster_not_both() -> None:
+    backend = {
+        "id": "g",
+        "kind": "kubernetes",
+        "conn_id": "kube_gke",
+        "gke": {"location": "us-east5", "cluster_name": "c"},
+    }
+    with pytest.raises(SpecError) as error:
+        parse_cluster_config({"name": "m", "backends": [backend]})
+    message = "give conn_id (a kubernetes connection) or gke (a GKE cluster), not both"
+    assert problems(error) == {"cluster configuration: backends[0].gke": message}

@@ -1,4 +1,6 @@
-"""The ``kubernetes`` backend's calls to the API server, through the cncf-kubernetes provider's hook.
+"""The ``kubernetes`` backend's calls to the API server, through the cncf-kubernetes provider's hook
+(or, for a cluster named by ``gke:``, the google provider's ``GKEKubernetesHook``, which serves the
+same clients: ``gke.py``).
 
 Every call takes the request timeout; every list is paged. Every call is retried as the provider
 retries its own (``generic_api_retry``'s wait, which honours a 429's ``Retry-After``, and its
@@ -21,7 +23,10 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iris_airflow_provider.backends.kubernetes.config import GKECluster
 
 log = logging.getLogger(__name__)
 
@@ -82,33 +87,64 @@ def retried(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 class KubeApi:
-    """One backend's view of one cluster: its connection, namespace and the calls it makes."""
+    """One backend's view of one cluster: its connection (a ``kubernetes`` connection, or a GKE
+    cluster through a Google Cloud connection), namespace and the calls it makes."""
 
-    def __init__(self, backend_id: str, conn_id: str, namespace: str = "", request_timeout: float = 20) -> None:
+    def __init__(
+        self,
+        backend_id: str,
+        conn_id: str,
+        namespace: str = "",
+        request_timeout: float = 20,
+        gke: GKECluster | None = None,
+    ) -> None:
         self.backend_id = backend_id
         self.conn_id = conn_id
+        self.gke = gke
         self._namespace = namespace
         self.request_timeout = request_timeout
         self._hook: Any = None
+        # Failures that mean "unreachable for now" besides the Kubernetes client's (``guard``).
+        self._unavailable_errors: tuple[type[Exception], ...] = ()
 
     @property
     def hook(self) -> Any:
         if self._hook is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-            from kubernetes.client import Configuration
             from urllib3.util.retry import Retry
 
-            # Our own configuration object: the hook would otherwise load the kubeconfig into the
-            # process-wide default, which another backend (another cluster) may be using.
-            configuration = Configuration()
             # urllib3's default (3 retries) would also wait out a 429's or 503's Retry-After (up to
             # 6 hours, silently) under ``retried``: keep its connection retries, leave statuses to us.
-            configuration.retries = Retry(3, respect_retry_after_header=False)
-            self._hook = KubernetesHook(conn_id=self.conn_id, client_configuration=configuration)
+            retries = Retry(3, respect_retry_after_header=False)
+            self._hook = self._gke_hook(self.gke, retries) if self.gke else self._kubernetes_hook(retries)
         return self._hook
+
+    def _kubernetes_hook(self, retries: Any) -> Any:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        from kubernetes.client import Configuration
+
+        # Our own configuration object: the hook would otherwise load the kubeconfig into the
+        # process-wide default, which another backend (another cluster) may be using.
+        configuration = Configuration()
+        configuration.retries = retries
+        return KubernetesHook(conn_id=self.conn_id, client_configuration=configuration)
+
+    def _gke_hook(self, cluster: GKECluster, retries: Any) -> Any:
+        from iris_airflow_provider.backends.kubernetes.gke import GOOGLE_ERRORS, gke_kubernetes_hook
+
+        self._unavailable_errors = GOOGLE_ERRORS  # a token refresh can fail on any later call too
+        try:
+            return gke_kubernetes_hook(cluster, retries)
+        except GOOGLE_ERRORS as error:
+            project = f"project {cluster.project_id}" if cluster.project_id else "the connection's project"
+            raise KubernetesUnavailableError(
+                f"backend {self.backend_id}: fetching GKE cluster {cluster.cluster_name} ({project}, location"
+                f" {cluster.location}) with connection {cluster.gcp_conn_id}: {error}"
+            ) from error
 
     @property
     def namespace(self) -> str:
+        if not self._namespace and self.gke is not None:
+            self._namespace = "default"  # a Google Cloud connection names no namespace
         if not self._namespace:
             with self.guard("reading the connection"):
                 self._namespace = str(self.hook.get_namespace() or "default")
@@ -128,6 +164,8 @@ class KubeApi:
             raise KubernetesUnavailableError(
                 f"backend {self.backend_id}: {doing}: cannot reach the Kubernetes API: {error}"
             ) from error
+        except self._unavailable_errors as error:
+            raise KubernetesUnavailableError(f"backend {self.backend_id}: {doing}: {error}") from error
 
     def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One API call, with the request timeout, retried (``retried``)."""

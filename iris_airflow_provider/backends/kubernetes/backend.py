@@ -78,7 +78,7 @@ from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.states import JobState
 
 if TYPE_CHECKING:
-    from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
+    from iris_airflow_provider.backends.kubernetes.config import GKECluster, KubernetesBackendConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class KubernetesBackend:
         backend_id: str,
         *,
         conn_id: str = "kubernetes_default",
+        gke: GKECluster | None = None,
         namespace: str = "",
         queue_name: str = "",
         priority_classes: Mapping[Band, str] | None = None,
@@ -118,7 +119,7 @@ class KubernetesBackend:
         from kubernetes.client import V1Toleration
 
         self.backend_id = backend_id
-        self.api = KubeApi(backend_id, conn_id, namespace, request_timeout_seconds)
+        self.api = KubeApi(backend_id, conn_id, namespace, request_timeout_seconds, gke=gke)
         self.queue_name = queue_name
         self.priority_classes = dict(priority_classes or {})
         self.tolerations = [{k: v for k, v in t.items() if v} for t in tolerations]
@@ -163,8 +164,9 @@ class KubernetesBackend:
         # The config's fields are the constructor's keywords, but for the bands (parsed here) and
         # the tolerations (plain mappings for the client's model).
         settings = config.model_dump(
-            exclude={"id", "kind", "priority_classes", "other_priority_classes", "pod_template_file"}
+            exclude={"id", "kind", "gke", "priority_classes", "other_priority_classes", "pod_template_file"}
         )
+        settings["gke"] = config.gke
         settings["pod_template"] = config.template()
         settings["tolerations"] = [t.model_dump() for t in config.tolerations]
         return cls(config.id, priority_classes=config.band_classes(), class_bands=config.class_bands(), **settings)

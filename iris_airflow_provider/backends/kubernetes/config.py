@@ -1,7 +1,7 @@
-"""A Kubernetes backend's entry in the cluster file: connection, namespace, Kueue queue, priority
-classes per band, how GPU variants are read off nodes, tolerations, job defaults, the pod
-template (the peer's own additions to every pod: ``pod_template.py``) and the bundle store
-(``gcs_bundles.py``)."""
+"""A Kubernetes backend's entry in the cluster file: connection (a ``kubernetes`` connection, or a
+GKE cluster named by ``gke:``), namespace, Kueue queue, priority classes per band, how GPU variants
+are read off nodes, tolerations, job defaults, the pod template (the peer's own additions to every
+pod: ``pod_template.py``) and the bundle store (``gcs_bundles.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, check_bundle_store
 from iris_airflow_provider.backends.kubernetes.pod_template import PodTemplateError, checked_pod_template
@@ -30,6 +31,98 @@ def _k8s_name(value: str) -> str:
     return value
 
 
+# Google's rules for the names a GKE cluster is found by (the Container API refuses anything else).
+_GCP_PROJECT = re.compile(r"([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")  # optional "domain:"
+_GCP_LOCATION = re.compile(r"[a-z]+-[a-z]+[0-9]+(-[a-z])?")  # a region (us-central1) or a zone (us-central1-a)
+_GKE_CLUSTER = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+_SERVICE_ACCOUNT = re.compile(r"[^@\s,]+@[^@\s,]+")
+_API_ENDPOINT = re.compile(r"https?://[^/\s]+")
+
+
+class GKECluster(StrictModel):
+    """A GKE cluster reached through a Google Cloud connection: its endpoint and CA come from the
+    Container API and its tokens from the connection's credentials, through the google provider's
+    GKE hooks (``gke.py``); no kubeconfig."""
+
+    gcp_conn_id: str = Field(
+        default="google_cloud_default", description="an Airflow connection of type google_cloud_platform"
+    )
+    project_id: str | None = Field(default=None, description="the cluster's project; default: the connection's")
+    location: str = Field(description="the cluster's region (us-central1) or zone (us-central1-a)")
+    cluster_name: str
+    impersonation_chain: list[str] = Field(
+        default_factory=list, description="service accounts to impersonate, in order (the last one acts)"
+    )
+    use_dns_endpoint: bool = Field(default=False, description="reach the control plane by its DNS endpoint")
+    use_internal_ip: bool = Field(default=False, description="reach the control plane by its private endpoint")
+    api_endpoint: str | None = Field(
+        default=None,
+        description="the Container API (REST) when not Google's: a Private Service Connect endpoint, a stand-in",
+    )
+
+    @field_validator("gcp_conn_id")
+    @classmethod
+    def _conn_id(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name an Airflow connection of type google_cloud_platform")
+        return value
+
+    @field_validator("project_id")
+    @classmethod
+    def _project(cls, value: str | None) -> str | None:
+        if value is not None and not _GCP_PROJECT.fullmatch(value):
+            raise ValueError(
+                "must be a Google Cloud project id (6 to 30 lowercase letters, digits and hyphens, starting with a"
+                f" letter), got {value!r}"
+            )
+        return value
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        if not _GCP_LOCATION.fullmatch(value):
+            raise ValueError(f"must be a Google Cloud region (us-central1) or zone (us-central1-a), got {value!r}")
+        return value
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster(cls, value: str) -> str:
+        if not _GKE_CLUSTER.fullmatch(value):
+            raise ValueError(
+                "must be a GKE cluster name (up to 40 lowercase letters, digits and hyphens, starting with a letter),"
+                f" got {value!r}"
+            )
+        return value
+
+    @field_validator("impersonation_chain", mode="before")
+    @classmethod
+    def _chain(cls, value: Any) -> Any:
+        # As the google provider takes it: one account, a comma-separated string, or a list.
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list):
+            for account in value:
+                if not isinstance(account, str) or not _SERVICE_ACCOUNT.fullmatch(account):
+                    raise ValueError(
+                        f"must be service account emails (name@project.iam.gserviceaccount.com), got {account!r}"
+                    )
+        return value
+
+    @field_validator("use_internal_ip")
+    @classmethod
+    def _one_endpoint(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("use_dns_endpoint"):
+            raise ValueError("give use_dns_endpoint or use_internal_ip, not both")
+        return value
+
+    @field_validator("api_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not _API_ENDPOINT.fullmatch(value.rstrip("/")):
+            raise ValueError(f"must be an http(s)://host[:port] URL, got {value!r}")
+        return value.rstrip("/") if value else None
+
+
 class KubernetesToleration(StrictModel):
     """A toleration the jobs carry; nodes with NoSchedule/NoExecute taints it does not cover are not counted."""
 
@@ -40,11 +133,13 @@ class KubernetesToleration(StrictModel):
 
 
 class KubernetesBackendConfig(StrictModel):
-    """A Kubernetes cluster (with Kueue) reached through an Airflow ``kubernetes`` connection."""
+    """A Kubernetes cluster (with Kueue) reached through an Airflow ``kubernetes`` connection, or a
+    GKE cluster named by ``gke`` (one of the two)."""
 
     id: str
     kind: Literal["kubernetes"]
     conn_id: str = Field(default="kubernetes_default", description="an Airflow connection of type kubernetes")
+    gke: GKECluster | None = Field(default=None, description="else a GKE cluster, through a Google Cloud connection")
     namespace: str = Field(default="", description="where jobs run; default: the connection's, else default")
     queue_name: str = Field(
         default="", description="Kueue LocalQueue (label kueue.x-k8s.io/queue-name); empty: no Kueue"
@@ -139,6 +234,18 @@ class KubernetesBackendConfig(StrictModel):
             raise ValueError("give pod_template or pod_template_file, not both")
         _checked_template(_read_template(value))  # a bad file fails the config load, naming this field
         return value
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> KubernetesBackendConfig:
+        if self.gke is not None and "conn_id" in self.model_fields_set:
+            # Raised as a ValidationError to name the field (a model validator's own would name the backend).
+            problem = PydanticCustomError(
+                "connection", "give conn_id (a kubernetes connection) or gke (a GKE cluster), not both"
+            )
+            raise ValidationError.from_exception_data(
+                type(self).__name__, [InitErrorDetails(type=problem, loc=("gke",), input=self.gke.model_dump())]
+            )
+        return self
 
     def template(self) -> dict[str, Any] | None:
         """The pod template (the file's, read again: it was checked at load), or None."""
