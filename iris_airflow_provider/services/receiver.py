@@ -18,6 +18,7 @@ from dataclasses import replace
 import sqlalchemy as sa
 
 from iris_airflow_provider.backends.base import Backend, ReplicaReport, now_ms
+from iris_airflow_provider.backends.bundles import bundle_limit
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.model import JobSpec, parse_job
@@ -177,6 +178,14 @@ class Receiver:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, str(error)) from None
         if not spec.is_root:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
+        if spec.bundle is not None:
+            bundles = self.config.bundle_store()
+            if not bundles.has(spec.bundle):  # the parent uploads it first: asking again resumes it
+                raise PeerError(
+                    PeerErrorCode.UNAVAILABLE,
+                    f"the workdir bundle {spec.bundle.digest} of job {spec.job_id} is not here yet "
+                    f"({bundles.received(spec.bundle)} of {spec.bundle.size} bytes received); upload it first",
+                )
         return spec
 
     def _backend_for(self, spec: JobSpec, wanted: str) -> str:
@@ -198,6 +207,19 @@ class Receiver:
                 PeerErrorCode.RESOURCE_EXHAUSTED,
                 f"no backend of cluster {self.config.name} is large enough for job {spec.job_id} (needs {need})",
             )
+        if spec.bundle is not None:
+            # A backend that cannot receive the workdir bundle (no bundle store, or a smaller one than
+            # it needs) cannot run the job: another cluster may, so the parent requeues it.
+            size = spec.bundle.size
+            receiving = [b for b in fitting if bundle_limit(self.backends.get(b)) >= size]
+            if not receiving:
+                limits = ", ".join(f"{b} at most {bundle_limit(self.backends.get(b))} bytes" for b in fitting)
+                raise PeerError(
+                    PeerErrorCode.RESOURCE_EXHAUSTED,
+                    f"no backend of cluster {self.config.name} can receive job {spec.job_id}'s workdir bundle of "
+                    f"{size} bytes (bundles taken: {limits})",
+                )
+            fitting = receiving
         return wanted if wanted in fitting else fitting[0]
 
     # What the parent may ask about jobs it handed off ------------------------------------------
