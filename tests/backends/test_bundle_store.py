@@ -93,12 +93,17 @@ def test_an_upload_cut_part_way_resumes_from_what_arrived_and_is_verified(tmp_pa
     ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
     store = BundleStore(tmp_path / "bundles", chunk_bytes=64 * 1024)
     assert store.received(ref) == 0
-    with pytest.raises(ConnectionResetError), store.upload(ref, 0, 64 * 1024) as chunk:
-        chunk.write(payload[:10_000])
-        raise ConnectionResetError  # the connection is cut mid-chunk
+
+    def cut_mid_chunk() -> None:
+        with store.upload(ref, 0, 64 * 1024) as chunk:
+            chunk.write(payload[:10_000])
+            raise ConnectionResetError  # the connection is cut mid-chunk
+
+    with pytest.raises(ConnectionResetError):
+        cut_mid_chunk()
     assert store.received(ref) == 10_000 and not store.has(ref)
     with pytest.raises(UploadConflictError, match="does not continue the upload, which holds 10000 bytes"):
-        upload(store, ref, payload[:64 * 1024], 0)
+        upload(store, ref, payload[: 64 * 1024], 0)
     assert upload(store, ref, payload[10_000:74_000], 10_000) == 74_000
     assert upload(store, ref, payload[74_000:], 74_000) == len(payload)
     store.complete(ref)
