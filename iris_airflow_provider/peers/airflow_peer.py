@@ -57,6 +57,7 @@ CODE_OF_STATUS = {
     403: PeerErrorCode.PERMISSION_DENIED,
     404: PeerErrorCode.NOT_FOUND,
     409: PeerErrorCode.ALREADY_EXISTS,
+    412: PeerErrorCode.FAILED_PRECONDITION,
     413: PeerErrorCode.PAYLOAD_TOO_LARGE,
 }
 MAX_ERROR_MESSAGE_CHARS = 2_000  # a refusal's message is kept on the job: enough to say why
@@ -185,8 +186,19 @@ class AirflowPeer:
             ) from None
 
     def deliver(self, handoff: Handoff) -> JobReport:
-        if handoff.spec.bundle is not None:  # the workdir first: the peer admits no job without it
-            self.upload_bundle(handoff.spec.bundle)
+        """Hand the job over. A job whose workdir is a bundle is offered first: a peer that will not
+        take it says so before any byte of the bundle is sent, one that has the bundle admits it at
+        once, and one that lacks it answers ``failed_precondition``: the bundle is uploaded (what the
+        peer does not hold yet), and the job offered again."""
+        try:
+            return self._offer(handoff)
+        except PeerError as error:
+            if handoff.spec.bundle is None or error.code is not PeerErrorCode.FAILED_PRECONDITION:
+                raise
+        self.upload_bundle(handoff.spec.bundle)
+        return self._offer(handoff)
+
+    def _offer(self, handoff: Handoff) -> JobReport:
         content = HandoffRequest.of(handoff).model_dump_json().encode()
         if len(content) > HANDOFF_BODY_LIMIT:  # the peer would refuse it: say so without sending it
             raise PeerError(

@@ -111,6 +111,7 @@ STATUS_OF = {
     PeerErrorCode.NOT_FOUND: 404,
     PeerErrorCode.ALREADY_EXISTS: 409,
     PeerErrorCode.PAYLOAD_TOO_LARGE: 413,
+    PeerErrorCode.FAILED_PRECONDITION: 412,
     PeerErrorCode.RESOURCE_EXHAUSTED: 429,
     PeerErrorCode.UNKNOWN: 500,
     PeerErrorCode.UNAVAILABLE: 503,

@@ -99,6 +99,7 @@ class Receiver:
     def handoff(self, caller: str, request: HandoffRequest) -> HandoffResponse:
         spec = self._authorize(caller, request)
         backend_id = self._backend_for(spec, request.backend_id)
+        self._check_bundle(spec)
         try:
             return self._admit(caller, request, spec, backend_id)
         except sa.exc.IntegrityError:  # only (requester, nonce) can collide once the job id is judged
@@ -178,15 +179,20 @@ class Receiver:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, str(error)) from None
         if not spec.is_root:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
-        if spec.bundle is not None:
-            bundles = self.config.bundle_store()
-            if not bundles.has(spec.bundle):  # the parent uploads it first: asking again resumes it
-                raise PeerError(
-                    PeerErrorCode.UNAVAILABLE,
-                    f"the workdir bundle {spec.bundle.digest} of job {spec.job_id} is not here yet "
-                    f"({bundles.received(spec.bundle)} of {spec.bundle.size} bytes received); upload it first",
-                )
         return spec
+
+    def _check_bundle(self, spec: JobSpec) -> None:
+        """A job whose workdir is a bundle is admitted once the bundle is here; until then the parent
+        is told to upload it (every other check passed: the bytes are not sent in vain)."""
+        if spec.bundle is None:
+            return
+        bundles = self.config.bundle_store()
+        if not bundles.has(spec.bundle):
+            raise PeerError(
+                PeerErrorCode.FAILED_PRECONDITION,
+                f"the workdir bundle {spec.bundle.digest} of job {spec.job_id} is not here yet "
+                f"({bundles.received(spec.bundle)} of {spec.bundle.size} bytes received); upload it first",
+            )
 
     def _backend_for(self, spec: JobSpec, wanted: str) -> str:
         """The local backend the job runs on: the one placement chose, else the first that fits."""

@@ -220,22 +220,25 @@ async def test_bytes_that_are_not_the_bundle_are_discarded_and_a_second_writer_w
 
 
 def test_the_job_runs_in_its_unpacked_bundle_and_reads_it(
-    url: str, peer: Peer, parent_bundles: BundleStore, workdir: Path
+    url: str, peer: Peer, parent_bundles: BundleStore, peer_bundles: BundleStore, workdir: Path
 ) -> None:
     ref = bundle_workdir(workdir, parent_bundles)
     delivered = handoff(command="./read.sh", bundle=ref.model_dump())
     with pytest.raises(PeerError) as caught:  # the receiver admits no job whose bundle it lacks
         peer.receiver.handoff("marin", _request(delivered))
-    assert caught.value.code is PeerErrorCode.UNAVAILABLE and "is not here yet (0 of" in caught.value.message
-    transport = marin(url, parent_bundles)
-    transport.deliver(delivered)  # uploads, then hands off
+    assert caught.value.code is PeerErrorCode.FAILED_PRECONDITION and "is not here yet (0 of" in caught.value.message
+    counting = Counting()
+    transport = marin(url, parent_bundles, counting)
+    transport.deliver(delivered)  # offered, told to upload, uploads, offered again
+    methods = [method for method, _ in counting.calls]
+    assert methods[:2] == ["POST", "GET"] and methods[-1] == "POST" and set(methods[2:-1]) == {"PUT"}
     assert peer.wait_until_finished().state is JobState.SUCCEEDED
     lines = transport.logs("/alice/train", "", 100).lines
     assert lines == (f"[replica 0] {hashlib.sha256((workdir / 'data.bin').read_bytes()).hexdigest()}",)
 
 
 def test_a_peer_whose_backends_take_no_bundle_refuses_the_handoff_to_be_requeued(
-    url: str, peer: Peer, parent_bundles: BundleStore, workdir: Path
+    url: str, peer: Peer, parent_bundles: BundleStore, peer_bundles: BundleStore, workdir: Path
 ) -> None:
     peer.federation.backends["default"].bundles = None  # type: ignore[attr-defined]  # like Kubernetes today
     ref = bundle_workdir(workdir, parent_bundles)
@@ -249,6 +252,7 @@ def test_a_peer_whose_backends_take_no_bundle_refuses_the_handoff_to_be_requeued
     )
     assert error_kind(error) is DeliveryError.CANNOT_TAKE  # requeued elsewhere, not killed
     assert peer.store.list_jobs(limit=10) == []
+    assert peer_bundles.received(ref) == 0  # refused before any byte of the bundle was sent
 
 
 def _request(delivered):  # type: ignore[no-untyped-def]
