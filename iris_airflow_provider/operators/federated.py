@@ -220,7 +220,13 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
                     document["files"] = {}
             except (WorkdirError, OSError) as error:
                 raise AirflowFailException(f"Invalid job:\n{error}") from None
-        return self._parse(document)
+        spec = self._parse(document)
+        if spec.bundle is not None and not get_bundle_store(self.conn_id).has(spec.bundle):
+            raise AirflowFailException(  # a bundle named by hand must be one this cluster holds
+                f"Invalid job:\njob.bundle: {spec.bundle.digest} ({spec.bundle.size} bytes) is not in this cluster's "
+                "bundle store (bundles.dir); give the operator workdir= to pack one"
+            )
+        return spec
 
     @staticmethod
     def _parse(document: Mapping[str, Any]) -> JobSpec:

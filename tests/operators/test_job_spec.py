@@ -76,6 +76,13 @@ def test_a_workdir_over_the_inline_limits_travels_as_one_bundle_with_the_jobs_ow
     assert (workdir / "params.txt").read_text() == "lr=0.2\n"  # the job's own files win
     assert (workdir / "weights.bin").stat().st_size == MAX_FILES_BYTES + 1
 
+    # A bundle named by hand must be one this cluster holds.
+    task, context = operator(tmp_path, job={"command": "true", "bundle": {"digest": "sha256:" + "0" * 64, "size": 9}})
+    with pytest.raises(AirflowFailException, match=r"job\.bundle: sha256:0{64} \(9 bytes\) is not in this cluster"):
+        task.job_spec(context)
+    task, context = operator(tmp_path, job={"command": "true", "bundle": spec.bundle.model_dump()})
+    assert task.job_spec(context).bundle == spec.bundle
+
     # A bad job fails before its workdir is packed.
     task, context = operator(tmp_path, job={"command": "true", "priority_band": "urgent"}, workdir="code")
     with pytest.raises(AirflowFailException, match=r"job\.priority_band"):
