@@ -199,8 +199,9 @@ class ProcessBackend:
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
 
     def _bundle_unpacker(self, spec: JobSpec) -> Callable[[Path], None] | None:
-        """What writes the job's bundle into its new workdir; SubmissionRefusedError when this backend
-        cannot (no bundle store, or the bundle is not in it)."""
+        """What writes the job's bundle into its new workdir. InsufficientCapacityError when this
+        backend takes no bundle that large (another cluster may), SubmissionRefusedError when the
+        bundle is not in its store."""
         bundle = spec.bundle
         if bundle is None:
             return None
