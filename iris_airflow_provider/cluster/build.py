@@ -38,6 +38,7 @@ def build_backend(config: ClusterConfig, owner: str, backend: BackendConfig) -> 
         attributes=backend.attributes,
         max_running_jobs=backend.max_running_jobs,
         env=backend.env,
+        bundles=config.bundle_store(),
     )
 
 
@@ -84,6 +85,7 @@ def build_peers(config: ClusterConfig, endpoints: Mapping[str, PeerEndpoint] | N
                 timeout_seconds=peer.timeout_seconds,
                 delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
                 allow_insecure_http=peer.allow_insecure_http,
+                bundles=config.bundle_store(),
             )
         else:
             backends = [build_backend(config, peer.id, b) for b in peer.backends]

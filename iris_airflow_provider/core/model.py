@@ -7,7 +7,7 @@ replicas, cpu, memory), constraints, a priority band, an optional pin to a peer
 
 Every field is checked here, and only here, against its rule: the job id
 (``core/job_ids.py``), the command, image and environment (``core/job_launch.py``), the files
-(``core/job_files.py``), resources (``core/resources.py``), constraints
+(``core/job_files.py``) or their bundle (``core/bundles.py``), resources (``core/resources.py``), constraints
 (``core/constraint_spec.py``); every number against its range and every input against its size
 (``core/limits.py``), names and text against ``core/characters.py``. Whatever passes can be
 written, started, stored as JSON and turned into a run id, a directory or a Kubernetes object.
@@ -21,6 +21,7 @@ from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, fi
 from pydantic_core import PydanticCustomError
 
 from iris_airflow_provider.core.bands import DEFAULT_BAND, Band, UnknownBandError, parse_band
+from iris_airflow_provider.core.bundles import BundleRef
 from iris_airflow_provider.core.characters import describe_refused, refused_in_name
 from iris_airflow_provider.core.constraint_spec import ConstraintSpec
 from iris_airflow_provider.core.constraints import (
@@ -89,6 +90,10 @@ class JobSpec(StrictModel):
         default_factory=dict,
         description='workdir files travelling with the job: relative path -> text, or "base64:<data>" for bytes',
     )
+    # A workdir too big for ``files`` travels as a content-addressed bundle (core/bundles.py).
+    bundle: BundleRef | None = Field(
+        default=None, description="the workdir as an uploaded bundle: {digest: sha256:<hex>, size: bytes}"
+    )
     resources: Resources = Resources()
     constraints: tuple[ConstraintSpec, ...] = Field(default=(), max_length=MAX_CONSTRAINTS)
     regions: tuple[str, ...] | None = Field(
@@ -138,6 +143,15 @@ class JobSpec(StrictModel):
     @classmethod
     def _files(cls, value: dict[str, str]) -> dict[str, str]:
         return dict(check_files(value))
+
+    @field_validator("bundle")
+    @classmethod
+    def _bundle(cls, value: BundleRef | None, info: ValidationInfo) -> BundleRef | None:
+        if value is not None and info.data.get("files"):
+            raise ValueError(
+                "give files or a bundle, not both (the operator's workdir= packs a job's own files into its bundle)"
+            )
+        return value
 
     @field_validator("priority_band", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from airflow.providers.common.compat.sdk import conf
 
+from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.cluster.build import build_federation
 from iris_airflow_provider.hooks.cluster_configuration import SECTION, cluster_config, cluster_config_source
 from iris_airflow_provider.hooks.federation_peer import peer_endpoints
@@ -86,6 +87,12 @@ def get_verifier() -> TokenVerifier:
 def get_peer_authenticator() -> PeerAuthenticator:
     """The peer API's authentication: a verified token, used once (its jti recorded in the store)."""
     return PeerAuthenticator(get_verifier(), get_federation().store)
+
+
+def get_bundle_store(conn_id: str | None = None) -> BundleStore:
+    """This cluster's workdir bundles (the cluster file's ``bundles:``): where the operator packs
+    them and the peer API receives them."""
+    return get_federation(conn_id).config.bundle_store()
 
 
 def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = None) -> Receiver:

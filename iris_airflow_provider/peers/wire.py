@@ -32,6 +32,7 @@ MiB = 2**20
 HANDOFF_BODY_LIMIT = 6 * MAX_FILES_BYTES + 4 * MiB
 SMALL_BODY_LIMIT = 64 * KiB  # /sync and /terminate: a cursor, a job id and a nonce
 BODY_LIMITS = {"/handoffs": HANDOFF_BODY_LIMIT, "/sync": SMALL_BODY_LIMIT, "/terminate": SMALL_BODY_LIMIT}
+# A bundle chunk (PUT /bundles/{digest}) is bounded by the receiving cluster's bundles.chunk_bytes.
 
 # Answers, by route: the parent stops reading a larger one and refuses it.
 MAX_BACKENDS = 256  # per heartbeat
@@ -47,6 +48,7 @@ ANSWER_LIMITS = {
     "/sync": 64 * MiB,
     "/terminate": 1 * MiB,
     "/openapi.json": 4 * MiB,
+    "/bundles": 64 * KiB,
 }
 
 
@@ -109,6 +111,7 @@ STATUS_OF = {
     PeerErrorCode.NOT_FOUND: 404,
     PeerErrorCode.ALREADY_EXISTS: 409,
     PeerErrorCode.PAYLOAD_TOO_LARGE: 413,
+    PeerErrorCode.FAILED_PRECONDITION: 412,
     PeerErrorCode.RESOURCE_EXHAUSTED: 429,
     PeerErrorCode.UNKNOWN: 500,
     PeerErrorCode.UNAVAILABLE: 503,
@@ -203,6 +206,17 @@ class JobStatus(Body):
 
     def to_report(self) -> JobReport:
         return projected(self, JobReport, replicas=tuple(projected(r, ReplicaReport) for r in self.replicas))
+
+
+class BundleStatus(Body):
+    """Where a workdir bundle's upload to this cluster stands: ``received`` bytes of ``size``
+    (``complete``: all of them, verified), and the most one chunk may carry here."""
+
+    digest: str
+    size: int = Field(ge=0)
+    received: int = Field(ge=0)
+    complete: bool
+    max_chunk_bytes: int = Field(ge=1)
 
 
 class HandoffResponse(Body):

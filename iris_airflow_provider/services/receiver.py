@@ -18,6 +18,7 @@ from dataclasses import replace
 import sqlalchemy as sa
 
 from iris_airflow_provider.backends.base import Backend, ReplicaReport, now_ms
+from iris_airflow_provider.backends.bundles import bundle_limit
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.model import JobSpec, parse_job
@@ -98,6 +99,7 @@ class Receiver:
     def handoff(self, caller: str, request: HandoffRequest) -> HandoffResponse:
         spec = self._authorize(caller, request)
         backend_id = self._backend_for(spec, request.backend_id)
+        self._check_bundle(spec)
         try:
             return self._admit(caller, request, spec, backend_id)
         except sa.exc.IntegrityError:  # only (requester, nonce) can collide once the job id is judged
@@ -179,6 +181,19 @@ class Receiver:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
         return spec
 
+    def _check_bundle(self, spec: JobSpec) -> None:
+        """A job whose workdir is a bundle is admitted once the bundle is here; until then the parent
+        is told to upload it (every other check passed: the bytes are not sent in vain)."""
+        if spec.bundle is None:
+            return
+        bundles = self.config.bundle_store()
+        if not bundles.has(spec.bundle):
+            raise PeerError(
+                PeerErrorCode.FAILED_PRECONDITION,
+                f"the workdir bundle {spec.bundle.digest} of job {spec.job_id} is not here yet "
+                f"({bundles.received(spec.bundle)} of {spec.bundle.size} bytes received); upload it first",
+            )
+
     def _backend_for(self, spec: JobSpec, wanted: str) -> str:
         """The local backend the job runs on: the one placement chose, else the first that fits."""
         routing = spec.routing
@@ -198,6 +213,19 @@ class Receiver:
                 PeerErrorCode.RESOURCE_EXHAUSTED,
                 f"no backend of cluster {self.config.name} is large enough for job {spec.job_id} (needs {need})",
             )
+        if spec.bundle is not None:
+            # A backend that cannot receive the workdir bundle (no bundle store, or a smaller one than
+            # it needs) cannot run the job: another cluster may, so the parent requeues it.
+            size = spec.bundle.size
+            receiving = [b for b in fitting if bundle_limit(self.backends.get(b)) >= size]
+            if not receiving:
+                limits = ", ".join(f"{b} at most {bundle_limit(self.backends.get(b))} bytes" for b in fitting)
+                raise PeerError(
+                    PeerErrorCode.RESOURCE_EXHAUSTED,
+                    f"no backend of cluster {self.config.name} can receive job {spec.job_id}'s workdir bundle of "
+                    f"{size} bytes (bundles taken: {limits})",
+                )
+            fitting = receiving
         return wanted if wanted in fitting else fitting[0]
 
     # What the parent may ask about jobs it handed off ------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from iris_airflow_provider.backends.bundles import BundleSettings, BundleStore
 from iris_airflow_provider.core.names import check_name
 from iris_airflow_provider.core.strict_model import StrictModel
 from iris_airflow_provider.peers.identity import MAX_KEYS_PER_PEER
@@ -91,6 +92,7 @@ class ClusterSettings(StrictModel):
     state_dir: Path | None = Field(default=None, description="default: $AIRFLOW_HOME/iris")
     placement: PlacementSettings = PlacementSettings()
     federation: FederationSettings = FederationSettings()
+    bundles: BundleSettings = BundleSettings()
     retention_days: float = Field(
         default=30,
         ge=0,
@@ -106,3 +108,7 @@ class ClusterSettings(StrictModel):
         from airflow.configuration import get_airflow_home
 
         return Path(get_airflow_home()) / "iris"
+
+    def bundle_store(self) -> BundleStore:
+        """Where this cluster keeps workdir bundles (``bundles.dir``, default ``<state_dir>/bundles``)."""
+        return self.bundles.store(self.resolved_state_dir() / "bundles")

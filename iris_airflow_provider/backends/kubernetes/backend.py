@@ -132,6 +132,7 @@ class KubernetesBackend:
         self.env = dict(env or {})
         self.files_in = files_in
         self.max_files_bytes = max_files_bytes
+        self.max_bundle_bytes = 0  # no bundle store (yet): no workdir bundle can reach its pods
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         self.template = JobTemplate(
             backend_id=backend_id,
@@ -254,6 +255,14 @@ class KubernetesBackend:
         if not (spec.image or self.image):
             raise SubmissionRefusedError(
                 f"job {spec.job_id} names no image and backend {self.backend_id} has no default image"
+            )
+        if spec.bundle is not None:
+            # Not here, maybe on another cluster: the parent requeues it (a bundle store, such as
+            # gs://, would be a BundleSource this backend's pods read through an init container).
+            raise InsufficientCapacityError(
+                f"job {spec.job_id} carries a workdir bundle of {spec.bundle.size} bytes; backend {self.backend_id} "
+                f"has no bundle store and passes workdir files only in a {self.files_in} of at most "
+                f"{self.max_files_bytes} bytes (max_files_bytes)"
             )
         total = sum(len(file_bytes(content)) for content in spec.files.values())
         if total > self.max_files_bytes:

@@ -39,6 +39,7 @@ from iris_airflow_provider.backends.base import (
     read_result_file,
     rendezvous_env,
 )
+from iris_airflow_provider.backends.bundles import BundleSource
 from iris_airflow_provider.backends.process import processes
 from iris_airflow_provider.backends.process.logs import read_logs
 from iris_airflow_provider.backends.process.report import job_report
@@ -85,6 +86,7 @@ class ProcessBackend:
         attributes: Mapping[str, Sequence[str]] | None = None,
         max_running_jobs: int | None = None,
         env: Mapping[str, str] | None = None,
+        bundles: BundleSource | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.backend_id = backend_id
@@ -94,11 +96,16 @@ class ProcessBackend:
         self.attributes = {k: list(v) for k, v in (attributes or {}).items()}
         self.max_running_jobs = max_running_jobs
         self.env = dict(env or {})
+        self.bundles = bundles  # where it unpacks jobs' workdir bundles from (none: it takes no bundle)
         self.clock = clock
         self.store = StateDir(self.state_dir)
         self.jobs_dir = self.store.jobs_dir
         # The supervisor rebuilds this backend from here to start queued work when it exits.
         self.store.write_settings(self.settings())
+
+    @property
+    def max_bundle_bytes(self) -> int:
+        return self.bundles.max_bundle_bytes if self.bundles is not None else 0
 
     def settings(self) -> BackendSettings:
         return BackendSettings(
@@ -181,9 +188,32 @@ class ProcessBackend:
             files = {path: file_bytes(content) for path, content in submission.spec.files.items()}
             # Built aside and moved into place whole (the finished incarnation retired only then):
             # a failure writing it leaves the id as it was.
-            self.store.create(record, StatusFile.queued(self.clock()), files, replacing=existing)
+            self.store.create(
+                record,
+                StatusFile.queued(self.clock()),
+                files,
+                replacing=existing,
+                unpack=self._bundle_unpacker(submission.spec),
+            )
             self._schedule()
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
+
+    def _bundle_unpacker(self, spec: JobSpec) -> Callable[[Path], None] | None:
+        """What writes the job's bundle into its new workdir. InsufficientCapacityError when this
+        backend takes no bundle that large (another cluster may), SubmissionRefusedError when the
+        bundle is not in its store."""
+        bundle = spec.bundle
+        if bundle is None:
+            return None
+        if self.bundles is None or bundle.size > self.bundles.max_bundle_bytes:
+            raise InsufficientCapacityError(
+                f"job {spec.job_id} carries a workdir bundle of {bundle.size} bytes; backend {self.backend_id} "
+                f"takes bundles of at most {self.max_bundle_bytes} bytes"
+            )
+        if not self.bundles.has(bundle):
+            raise SubmissionRefusedError(f"job {spec.job_id}: its workdir bundle {bundle.digest} is not here")
+        bundles = self.bundles
+        return lambda workdir: bundles.unpack(bundle, workdir)
 
     def status(self, job_id: str) -> JobReport | None:
         with self.store.locked():

@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
@@ -254,7 +254,13 @@ class StateDir:
         return [job for job in loaded if job is not None]
 
     def create(
-        self, record: JobFile, status: StatusFile, files: Mapping[str, bytes], *, replacing: Job | None = None
+        self,
+        record: JobFile,
+        status: StatusFile,
+        files: Mapping[str, bytes],
+        *,
+        replacing: Job | None = None,
+        unpack: Callable[[Path], None] | None = None,
     ) -> Job:
         """A new job's directory: its workdir files, ``job.json`` and ``status.json``, built aside in
         ``staging/`` and moved into place whole, after retiring ``replacing`` (a finished
@@ -266,6 +272,8 @@ class StateDir:
         try:
             workdir = staging / "workdir"
             workdir.mkdir(parents=True)
+            if unpack is not None:  # the job's workdir bundle
+                unpack(workdir)
             for path, content in files.items():
                 target = workdir / path
                 target.parent.mkdir(parents=True, exist_ok=True)
