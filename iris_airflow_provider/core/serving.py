@@ -158,6 +158,17 @@ def verify_token(secret: bytes, token: str, *, cluster: str, now_s: int) -> Serv
     return ServingScope(cluster, claims["job"], claims["inc"], claims["be"], claims["port"])
 
 
+def token_issuer(token: str) -> str | None:
+    """The cluster a serving token names as its minter, unverified (None when it is no serving token):
+    enough to refuse a foreign token on a cluster that mints none."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    issuer = claims.get("iss") if isinstance(claims, dict) and claims.get("typ") == TOKEN_TYPE else None
+    return issuer if isinstance(issuer, str) else None
+
+
 def check_scope(scope: ServingScope, *, port: str, running_nonce: str | None) -> None:
     """``scope`` opens ``port`` of the incarnation running now (``running_nonce``), or TokenScopeError."""
     if scope.port != port:

@@ -198,6 +198,7 @@ async def relay(tagged: str, request: Request) -> Response:
 @app.websocket("/t/{rest:path}")
 async def capability_socket(websocket: WebSocket, rest: str) -> None:
     from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
 
     extra: dict[str, str] = {}
     if rest.startswith(RELAY_TAG):
@@ -234,6 +235,12 @@ async def capability_socket(websocket: WebSocket, rest: str) -> None:
             max_size=None,
             compression=None,
         )
+    except InvalidStatus as refused:  # a peer's refusal (401, 403, 503 ...) reaches the caller as it is
+        answer = refused.response
+        await websocket.send_denial_response(
+            Response(bytes(answer.body or b""), status_code=answer.status_code, media_type="application/json")
+        )
+        return
     except Exception as error:
         await deny(websocket, 502, f"the served port did not accept the WebSocket: {type(error).__name__}")
         return

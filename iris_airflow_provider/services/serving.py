@@ -16,6 +16,8 @@ from iris_airflow_provider.backends.base import Backend, ServedPort
 from iris_airflow_provider.core.serving import (
     MIN_SECRET_BYTES,
     ServingScope,
+    TokenForeignError,
+    TokenInvalidError,
     TokenRefusedError,
     TokenScopeError,
     capability_path,
@@ -23,6 +25,7 @@ from iris_airflow_provider.core.serving import (
     mint_token,
     relayed_path,
     serving_url,
+    token_issuer,
     verify_token,
 )
 from iris_airflow_provider.core.states import Direction
@@ -137,6 +140,11 @@ class Serving:
     def open(self, token: str, port: str) -> OpenedPort:
         """Where ``token`` opens ``port`` now; TokenRefusedError (401/403) or ServingUnavailableError."""
         if self.secret is None:
+            issuer = token_issuer(token)
+            if issuer is None:
+                raise TokenInvalidError("not a serving token")
+            if issuer != self.cluster:
+                raise TokenForeignError(f"this token was minted by another cluster, not {self.cluster}")
             raise ServingUnavailableError(f"cluster {self.cluster} serves no ports: it has no serving.token_secret")
         scope = verify_token(self.secret, token, cluster=self.cluster, now_s=int(self.clock()))
         check_scope(scope, port=port, running_nonce=scope.nonce)

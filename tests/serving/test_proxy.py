@@ -22,6 +22,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+import devtools
 from iris_airflow_provider.backends.base import Submission
 from iris_airflow_provider.backends.process import processes
 from iris_airflow_provider.backends.process.backend import ProcessBackend
@@ -32,7 +33,7 @@ from iris_airflow_provider.plugins import serving_proxy
 from iris_airflow_provider.services.serving import Serving
 from tests.waiting import wait_for, wait_state
 
-SERVED_APP = Path(__file__).with_name("served_app.py").read_text()
+SERVED_APP = (Path(devtools.__file__).parent / "served_app.py").read_text()
 CLUSTER = "cw-east"
 SECRET = b"k" * 32
 TOKENS = ["Hello", " from", " the", " peer", "!"]
@@ -232,3 +233,21 @@ def test_a_token_opens_only_its_own_incarnation(stage: Stage) -> None:
     start_job(stage.backend, stage.gates, "n2")
     assert httpx.get(first + "probe").status_code == 403
     assert httpx.get(stage.minted(nonce="n2") + "probe").status_code == 200
+
+
+def test_a_websocket_echoes_through_the_relay_and_an_out_of_scope_token_is_refused_before_the_upgrade(
+    stage: Stage,
+) -> None:
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    socket_url = stage.minted().replace("http://", "ws://", 1) + "ws"
+    with connect(socket_url, open_timeout=30) as websocket:
+        websocket.send("hello through two hops")
+        assert websocket.recv(timeout=30) == "hello through two hops"
+        websocket.send(b"\x00\x01binary")
+        assert websocket.recv(timeout=30) == b"\x00\x01binary"
+    token = stage.minted().split(f"cluster={CLUSTER}/")[1].split("/")[0]
+    with pytest.raises(InvalidStatus) as denied:
+        connect(f"{stage.url.replace('http', 'ws', 1)}/proxy/t/cluster={CLUSTER}/{token}/admin/ws", open_timeout=30)
+    assert denied.value.response.status_code == 403
