@@ -5,7 +5,8 @@ event, a few tenths of a second apart; with ``gate`` in the request body it inst
 the first token, for the file ``<$SERVING_GATE_DIR>/<gate>`` before sending the rest, so a test can
 prove the first token arrived while the server was still holding the others. ``POST /shutdown``
 ends the job (exit 0). ``GET /redirect`` answers 302 to the root-relative ``/landed``;
-``POST /echo`` reads the body in pieces and answers its size and SHA-256; ``GET /ws`` is a
+``POST /ndjson`` streams the tokens as chunked JSON lines, gated the same way; ``POST /echo``
+reads the body in pieces and answers its size and SHA-256; ``GET /ws`` is a
 WebSocket echo. ``$SERVING_LIFETIME_S``
 (optional) stops the server after that many seconds.
 """
@@ -59,6 +60,23 @@ class Handler(BaseHTTPRequestHandler):
                 "application/json",
             )
 
+    def _chunked_lines(self, request: dict[str, object]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        gate = Path(os.environ.get("SERVING_GATE_DIR", ".")) / str(request.get("gate", "gate"))
+        for index, token in enumerate(TOKENS):
+            if index == 1:
+                deadline = time.monotonic() + GATE_TIMEOUT_S
+                while not gate.exists() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            line = json.dumps({"token": token}).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
     def _echo_websocket(self) -> None:
         """A WebSocket (RFC 6455) that echoes each text or binary message until the client closes."""
         accept = base64.b64encode(hashlib.sha1(self.headers["Sec-WebSocket-Key"].encode() + WS_GUID).digest())
@@ -100,6 +118,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/shutdown":  # the job ends (exit 0) once this answer is out
             self._send(200, b"shutting down")
             threading.Thread(target=self.server.shutdown).start()
+            return
+        if self.path == "/ndjson":  # the same tokens as chunked JSON lines, gated the same way
+            self._chunked_lines(json.loads(self.rfile.read(length) or b"{}"))
             return
         if self.path == "/echo":
             digest, left = hashlib.sha256(), length

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from fastapi.middleware.gzip import GZipMiddleware
 
 import devtools
 from iris_airflow_provider.backends.base import Submission
@@ -104,7 +105,8 @@ def stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stage]:
     )
     monkeypatch.setattr(serving_proxy, "_client", None)
     root = FastAPI()
-    root.mount(PROXY_PREFIX, serving_proxy.app)  # as the api-server mounts the plugin's app
+    root.mount(PROXY_PREFIX, serving_proxy.app)  # as the api-server mounts the plugin's app ...
+    root.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=5)  # ... under Airflow's own GZip
     server = uvicorn.Server(uvicorn.Config(root, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -150,6 +152,21 @@ def test_an_openai_stream_arrives_token_by_token_through_the_relay(stage: Stage)
                 break
             if line.startswith("data: "):
                 seen.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
+    assert seen == TOKENS
+
+
+def test_a_chunked_stream_arrives_line_by_line_despite_the_api_servers_compression(stage: Stage) -> None:
+    seen: list[str] = []
+    with (
+        httpx.Client(timeout=60, headers={"Accept-Encoding": "gzip"}) as client,
+        client.stream("POST", stage.minted() + "ndjson", json={"gate": "lines-1"}) as response,
+    ):
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        seen.append(json.loads(next(lines))["token"])
+        assert seen == ["Hello"] and not (stage.gates / "lines-1").exists()
+        (stage.gates / "lines-1").touch()
+        seen += [json.loads(line)["token"] for line in lines if line]
     assert seen == TOKENS
 
 
