@@ -27,6 +27,7 @@ import httpx
 from fastapi import Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from iris_airflow_provider.core.names import NAME_PATTERN
@@ -86,7 +87,10 @@ def problem(status: int, message: str) -> JSONResponse:
 
 
 def request_headers(request: Request, extra: dict[str, str]) -> list[tuple[str, str]]:
-    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "cookie"]
+    """The caller's headers for the next hop: no hop-by-hop ones, no Airflow cookie, and ``extra``
+    replacing any the caller sent under those names (a caller cannot pose as a relaying parent)."""
+    dropped = HOP_BY_HOP | {"cookie"} | {name.lower() for name in extra}
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in dropped]
     cookie = without_airflow_cookies(request.headers.get("cookie", ""))
     if cookie:
         headers.append(("cookie", cookie))
@@ -109,7 +113,9 @@ async def forward(
     request: Request, url: str, extra_headers: dict[str, str], location_prefix: str | None, origin: str
 ) -> Response:
     """Send ``request`` to ``url`` and stream the answer back as it comes."""
-    body: AsyncIterator[bytes] | None = request.stream() if request.method not in ("GET", "HEAD") else None
+    # A body only when the caller sent one, streamed as it arrives (its Content-Length goes along).
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+    body: AsyncIterator[bytes] | None = request.stream() if has_body else None
     upstream = client().build_request(
         request.method, url, headers=request_headers(request, extra_headers), content=body
     )
@@ -149,8 +155,8 @@ async def capability(rest: str, request: Request) -> Response:
     if parts is None:
         return problem(404, "a serving URL is /proxy/t/<token>/<name>/...")
     token, port, path = parts
-    try:
-        opened = open_port(token, port)
+    try:  # the backend is asked where the port is (files, or the Kubernetes API): off the event loop
+        opened = await run_in_threadpool(open_port, token, port)
     except TokenRefusedError as refusal:
         return problem(refusal.status, str(refusal))
     except ServingUnavailableError as error:
@@ -183,7 +189,7 @@ def relay_target(tagged: str) -> tuple[str, str, str] | None:
 
 
 async def relay(tagged: str, request: Request) -> Response:
-    target = relay_target(tagged)
+    target = await run_in_threadpool(relay_target, tagged)
     if target is None:
         return problem(404, "no such cluster among this cluster's peers")
     cluster, peer_url, rest = target
@@ -202,7 +208,7 @@ async def capability_socket(websocket: WebSocket, rest: str) -> None:
 
     extra: dict[str, str] = {}
     if rest.startswith(RELAY_TAG):
-        target = relay_target(rest)
+        target = await run_in_threadpool(relay_target, rest)
         if target is None:
             await deny(websocket, 404, "no such cluster among this cluster's peers")
             return
@@ -217,7 +223,7 @@ async def capability_socket(websocket: WebSocket, rest: str) -> None:
             return
         token, port, path = parts
         try:
-            opened = open_port(token, port)
+            opened = await run_in_threadpool(open_port, token, port)
         except TokenRefusedError as refusal:
             await deny(websocket, refusal.status, str(refusal))
             return

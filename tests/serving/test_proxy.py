@@ -192,6 +192,9 @@ def test_a_root_relative_redirect_round_trips_through_the_relay_and_directly(sta
     prefix = relayed.removeprefix(stage.url).removesuffix("/")
     assert answer.headers["location"] == f"{prefix}/landed"
     assert httpx.get(stage.url + answer.headers["location"]).text == "landed"
+    # A caller's own relay header does not survive the relay: the tag is the relay's.
+    spoofed = httpx.get(relayed + "redirect", headers={"X-Iris-Relay-Cluster": "cw-evil"})
+    assert spoofed.headers["location"] == f"{prefix}/landed"
     # Directly on the child: its own capability prefix, without the cluster tag.
     direct = relayed.replace(f"/cluster={CLUSTER}", "")
     answer = httpx.get(direct + "redirect")
