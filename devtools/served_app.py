@@ -164,7 +164,9 @@ def main() -> None:
     print(f"serving on {server.server_address[1]}", flush=True)
     lifetime = float(os.environ.get("SERVING_LIFETIME_S", "0"))
     if lifetime:  # a safety net: a job nobody stops still ends
-        threading.Timer(lifetime, server.shutdown).start()
+        timer = threading.Timer(lifetime, server.shutdown)
+        timer.daemon = True  # a server shut down sooner (POST /shutdown) exits at once
+        timer.start()
     server.serve_forever()
 
 

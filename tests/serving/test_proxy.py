@@ -271,3 +271,10 @@ def test_a_websocket_echoes_through_the_relay_and_an_out_of_scope_token_is_refus
     with pytest.raises(InvalidStatus) as denied:
         connect(f"{stage.url.replace('http', 'ws', 1)}/proxy/t/cluster={CLUSTER}/{token}/admin/ws", open_timeout=30)
     assert denied.value.response.status_code == 403
+
+
+def test_the_served_app_ends_its_job_when_told_through_its_url(stage: Stage) -> None:
+    assert httpx.post(stage.minted() + "shutdown", timeout=30).text == "shutting down"
+    report = wait_state(stage.backend, stage.job_id, JobState.SUCCEEDED, timeout=30)
+    assert report.exit_code == 0
+    assert httpx.get(stage.minted() + "probe").status_code == 503
