@@ -31,7 +31,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
 from iris_airflow_provider.core.names import NAME_PATTERN
-from iris_airflow_provider.core.serving import PROXY_PREFIX, RELAY_HEADER, RELAY_TAG, rewrite_location
+from iris_airflow_provider.core.serving import (
+    CAPABILITY_ROUTE,
+    PROXY_PREFIX,
+    RELAY_HEADER,
+    RELAY_TAG,
+    rewrite_location,
+)
 from iris_airflow_provider.plugins.private_app import private_app
 from iris_airflow_provider.services.serving import (
     OpenedPort,
@@ -144,11 +150,23 @@ def split_capability(rest: str) -> tuple[str, str, str] | None:
 
 
 def upstream_path(path: str, query: str) -> str:
-    return "/" + quote(path, safe="/:@!$&'()*+,;=-._~%") + (f"?{query}" if query else "")
+    return "/" + path + (f"?{query}" if query else "")
+
+
+def raw_rest(request: Request | WebSocket, rest: str) -> str:
+    """What follows ``/proxy/t/`` as the caller sent it, still percent-encoded: the route's ``rest``
+    is decoded, and decoding it twice would turn ``%2525`` into ``%``."""
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes):
+        _, found, tail = raw.decode("latin-1").partition(f"{CAPABILITY_ROUTE}/")
+        if found:
+            return tail
+    return quote(rest, safe="/")
 
 
 @app.api_route("/t/{rest:path}", methods=METHODS, include_in_schema=False)
 async def capability(rest: str, request: Request) -> Response:
+    rest = raw_rest(request, rest)
     if rest.startswith(RELAY_TAG):
         return await relay(rest, request)
     parts = split_capability(rest)
@@ -207,6 +225,7 @@ async def capability_socket(websocket: WebSocket, rest: str) -> None:
     from websockets.exceptions import InvalidStatus
 
     extra: dict[str, str] = {}
+    rest = raw_rest(websocket, rest)
     if rest.startswith(RELAY_TAG):
         target = await run_in_threadpool(relay_target, rest)
         if target is None:

@@ -202,6 +202,11 @@ def test_a_root_relative_redirect_round_trips_through_the_relay_and_directly(sta
     assert httpx.get(direct + "redirect", follow_redirects=True).text == "landed"
 
 
+def test_the_path_and_query_reach_the_app_as_the_caller_encoded_them(stage: Stage) -> None:
+    answer = httpx.get(stage.minted() + "a%2Fb%2525c/d?q=%26x")
+    assert answer.json()["path"] == "/a%2Fb%2525c/d?q=%26x"
+
+
 def test_airflows_session_cookie_is_not_handed_to_the_app(stage: Stage) -> None:
     answer = httpx.get(stage.minted() + "whoami", headers={"Cookie": "_token=airflow-jwt; app=1"})
     assert answer.json() == {"path": "/whoami", "cookie": "app=1"}
