@@ -10,24 +10,28 @@ and XCom) is marin's relay, ``/proxy/t/cluster=cw-east/<token>/http/``; marin fo
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
 import pytest
+from playwright.sync_api import expect
 
 import devtools
 from devtools.airflow_deployment import AirflowDeployment
+from devtools.browser import page_url, sign_in
 from iris_airflow_provider.core.serving import ServingScope, mint_token
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID, runner_run_id
 from iris_airflow_provider.peers.identity import generate_keypair
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import ARTIFACTS, free_port
 from tests.e2e.deployments import deployment_pair
 from tests.e2e.jobs import admitted_job_of
 from tests.waiting import wait_for
@@ -48,6 +52,7 @@ class Serving:
     peer_store: FederationStore
     url: str  # the URL cw-east minted: marin's relay
     gates: Path
+    job_key: str  # where cw-east keeps the job
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +118,7 @@ backends: [{{id: default, kind: process}}]
 
         _wait(answers, "the served app to answer through marin")
         try:
-            yield Serving(parent, peer, running.peer_store, url, gates)
+            yield Serving(parent, peer, running.peer_store, url, gates, f"marin:{job_id}")
         finally:  # failing the run cancels the job, which stops it on the peer
             parent.set_run_state("e2e_job", run, "failed")
             _wait(lambda: running.peer_store.get_job(f"marin:{job_id}").terminal, "the served job to stop on the peer")
@@ -191,3 +196,25 @@ def test_a_websocket_on_the_peer_echoes_through_the_parent(serving: Serving) -> 
     with connect(serving.url.replace("http://", "ws://", 1) + "ws", open_timeout=60) as websocket:
         websocket.send("hello through marin")
         assert websocket.recv(timeout=60) == "hello through marin"
+
+
+def test_the_peers_federation_page_and_its_api_show_a_working_url(serving: Serving, browser: Any) -> None:
+    describe = serving.peer.api("GET", "/iris/federation/ui/api/jobs/describe", params={"job_id": serving.job_key})
+    relay = serving.url.split("/cluster=cw-east/")[0] + "/cluster=cw-east/"
+    url = describe.json()["serving_urls"]["http"]
+    assert url.startswith(relay) and url.endswith("/http/")
+    assert httpx.get(url + "ready", timeout=60).status_code == 200
+
+    errors: list[str] = []
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    sign_in(page, serving.peer.base_url, "admin", serving.peer.password("admin"))
+    page.goto(page_url(serving.peer.base_url, serving.job_key))
+    link = page.get_by_test_id("job-detail").get_by_test_id("serving-url")
+    expect(link).to_have_attribute("href", re.compile("^" + re.escape(relay) + r"[\w.-]+/http/$"))
+    expect(link).to_contain_text("http: " + relay)
+    page.screenshot(path=str(ARTIFACTS / "job-detail-serving.png"))
+    assert httpx.get(str(link.get_attribute("href")) + "ready", timeout=60).status_code == 200
+    assert errors == []
