@@ -213,8 +213,9 @@ def test_the_peers_federation_page_and_its_api_show_a_working_url(serving: Servi
     sign_in(page, serving.peer.base_url, "admin", serving.peer.password("admin"))
     page.goto(page_url(serving.peer.base_url, serving.job_key))
     link = page.get_by_test_id("job-detail").get_by_test_id("serving-url")
-    expect(link).to_have_attribute("href", re.compile("^" + re.escape(relay) + r"[\w.-]+/http/$"))
-    expect(link).to_contain_text("http: " + relay)
+    # The page loads its data after it renders: as patient as its own default timeout.
+    expect(link).to_have_attribute("href", re.compile("^" + re.escape(relay) + r"[\w.-]+/http/$"), timeout=30_000)
+    expect(link).to_contain_text("http: " + relay, timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "job-detail-serving.png"))
     assert httpx.get(str(link.get_attribute("href")) + "ready", timeout=60).status_code == 200
     assert errors == []
