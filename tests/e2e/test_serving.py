@@ -219,3 +219,32 @@ def test_the_peers_federation_page_and_its_api_show_a_working_url(serving: Servi
     page.screenshot(path=str(ARTIFACTS / "job-detail-serving.png"))
     assert httpx.get(str(link.get_attribute("href")) + "ready", timeout=60).status_code == 200
     assert errors == []
+
+
+def test_a_job_running_on_the_parent_is_served_directly_under_a_secret_derived_from_its_key(serving: Serving) -> None:
+    """marin sets no serving secret: its federation key signs (a derived secret), and with no public
+    parent of its own its URL is its own api-server's."""
+    parent = serving.parent
+    job = {
+        "command": [sys.executable, "served_app.py"],
+        "files": {"served_app.py": SERVED_APP},
+        "env": {"SERVING_LIFETIME_S": "600"},
+        "ports": [{"name": "http"}],
+    }
+    run = parent.trigger("e2e_job", {"job": job}, user="alice")
+    admitted_job_of(parent, run)
+
+    def minted() -> str | None:
+        try:
+            return str(parent.xcom("e2e_job", run, "run", key="serving_urls")["http"])
+        except httpx.HTTPStatusError:
+            return None
+
+    url = _wait(minted, "the serving URL marin minted for its own job")
+    assert url.startswith(f"{parent.base_url}/proxy/t/eyJ") and "cluster=" not in url
+    _wait(lambda: httpx.get(url + "ready", timeout=30).status_code == 200, "the job to answer on marin")
+    assert httpx.post(url + "shutdown", timeout=30).text == "shutting down"
+    assert parent.wait_for_run("e2e_job", run) == "success"
+    assert httpx.get(url + "ready", timeout=30).status_code == 503  # its incarnation serves no more
+    log = parent.task_log("e2e_job", run, "run")
+    assert "Serving port http of job /alice/e2e_job" in log and f"at {parent.base_url}/proxy/t/eyJ***" in log
