@@ -68,6 +68,15 @@ def decode_cursor(cursor: str, shape: TypeAdapter[Cursor], empty: Cursor) -> Cur
 
 
 @dataclass(frozen=True, slots=True)
+class ServedPort:
+    """Where this cluster reaches a running job's named port, and the incarnation serving it."""
+
+    host: str
+    port: int
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitOutcome:
     report: JobReport
     replay: bool = False  # the same incarnation was already here
@@ -94,6 +103,10 @@ class Backend(Protocol):
         ...
 
     def logs(self, job_id: str, cursor: str = "", max_lines: int = 1000) -> LogChunk: ...
+
+    def served_port(self, job_id: str, port_name: str) -> ServedPort | None:
+        """Where the job's ``port_name`` is served now (see ``core/serving.py``), or None when it is not running."""
+        ...
 
 
 # Shared by the backends ---------------------------------------------------------------------------

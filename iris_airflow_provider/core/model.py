@@ -50,6 +50,7 @@ from iris_airflow_provider.core.limits import (
     START_TIMEOUT,
 )
 from iris_airflow_provider.core.resources import Resources
+from iris_airflow_provider.core.serving import MAX_PORTS, PortSpec, check_ports
 from iris_airflow_provider.core.strict_model import StrictModel
 
 Deadline = Annotated[int, BeforeValidator(DEADLINE.check), Field(ge=DEADLINE.low)]
@@ -108,6 +109,11 @@ class JobSpec(StrictModel):
         default=(),
         max_length=MAX_PREFERRED_VARIANTS,
         description="device variants to land near, lowercased (e.g. h100); placement only",
+    )
+    # Named ports the job serves on: the backend picks each number (IRIS_PORT_<NAME>) and the cluster
+    # serves it at a capability URL (core/serving.py).
+    ports: tuple[PortSpec, ...] = Field(
+        default=(), max_length=MAX_PORTS, description='named ports the job serves on, e.g. [{"name": "http"}]'
     )
     target_cluster: str = Field(default="", validate_default=True)
     parent_job_id: str | None = None  # must equal the job id's parent path, so the id's rule holds for it
@@ -184,6 +190,11 @@ class JobSpec(StrictModel):
         if any(not v for v in cleaned):
             raise ValueError("must list device variants such as h100; an empty name prefers nothing")
         return tuple(dict.fromkeys(cleaned))  # once each, in the order given
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, value: tuple[PortSpec, ...]) -> tuple[PortSpec, ...]:
+        return check_ports(value)
 
     @field_validator("target_cluster")
     @classmethod

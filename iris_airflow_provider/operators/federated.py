@@ -33,7 +33,9 @@ from iris_airflow_provider.core.ownership import OwnershipError, check_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_bundle_store, get_federation
+from iris_airflow_provider.hooks.serving import get_serving
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
+from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, serving_urls
 from iris_airflow_provider.operators.workdir import WorkdirError, WorkdirTooLargeError, bundle_workdir, pack_workdir
 from iris_airflow_provider.services.submit import IdentityError
 from iris_airflow_provider.store.async_store import JobSnapshot
@@ -299,6 +301,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.job_id)
         ti.xcom_push(key="disposition", value=_disposition(job))
         ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(job.job_id))  # visible while deferred
+        urls = serving_urls(job, self.log)
+        if urls:
+            ti.xcom_push(key=SERVING_URLS_XCOM_KEY, value=urls)
         self._announced = job.job_id
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
@@ -376,6 +381,8 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             "url": job_url(job.job_id),
             "result": job_result(store, job),
         }
+        if job.spec.get("ports") and not job.terminal:  # a finished job serves nothing
+            result["serving_urls"] = get_serving().urls(job)
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:
             return result
         message = describe_record(job)

@@ -10,8 +10,10 @@ from pydantic import Field, field_validator
 
 from iris_airflow_provider.backends.bundles import BundleSettings, BundleStore
 from iris_airflow_provider.core.names import check_name
+from iris_airflow_provider.core.serving import check_public_parent
 from iris_airflow_provider.core.strict_model import StrictModel
 from iris_airflow_provider.peers.identity import MAX_KEYS_PER_PEER
+from iris_airflow_provider.services.serving import ServingSettings
 
 
 class TrustedPeer(StrictModel):
@@ -45,11 +47,18 @@ class FederationSettings(StrictModel):
     allowed_submitters: list[str] = Field(
         default_factory=list, description='users whose jobs this cluster accepts: "*", "*@domain" or exact names'
     )
+    public_parent: str = Field(
+        default="",
+        description="the parent's public origin (https://iris.example.com): serving URLs this cluster mints go "
+        "through the parent's relay, /proxy/t/cluster=<this cluster>/<token>/<name>/",
+    )
     service_principals: dict[str, list[str]] = Field(
         default_factory=dict,
         description="the explicit submitters DAGs may name (operator submitter=), each with the glob patterns of "
         'the DAG ids allowed to use it: {"ml-platform@example.com": ["training_*", "nightly_eval"]}',
     )
+
+    _check_public_parent = field_validator("public_parent")(check_public_parent)
 
 
 class PlacementSettings(StrictModel):
@@ -93,6 +102,7 @@ class ClusterSettings(StrictModel):
     placement: PlacementSettings = PlacementSettings()
     federation: FederationSettings = FederationSettings()
     bundles: BundleSettings = BundleSettings()
+    serving: ServingSettings = ServingSettings()
     retention_days: float = Field(
         default=30,
         ge=0,

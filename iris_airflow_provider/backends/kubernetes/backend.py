@@ -34,6 +34,7 @@ from iris_airflow_provider.backends.base import (
     InsufficientCapacityError,
     JobReport,
     LogChunk,
+    ServedPort,
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
@@ -74,6 +75,7 @@ from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import ResultError
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.serving import port_env_name
 from iris_airflow_provider.core.states import JobState
 
 if TYPE_CHECKING:
@@ -404,6 +406,25 @@ class KubernetesBackend:
                 if not reader.take(pod, data):
                     break
             return reader.chunk()
+
+    def served_port(self, job_id: str, port_name: str) -> ServedPort | None:
+        """Replica 0's pod IP and the container port its env gives ``port_name`` (``IRIS_PORT_<NAME>``),
+        while that pod runs: the api-server must reach pod IPs (it runs in the cluster, or routes to
+        its pod network)."""
+        with self.api.guard(f"finding where job {job_id} serves {port_name}"):
+            job = self._our_job(job_id)
+            if job is None or finished(job):
+                return None
+            pod = latest_pod_per_index(self._pods(job)).get(0)
+            if pod is None or pod.status is None or pod.status.phase != "Running" or not pod.status.pod_ip:
+                return None
+            wanted = port_env_name(port_name)
+            for container in pod.spec.containers or ():
+                for variable in container.env or ():
+                    if container.name == CONTAINER and variable.name == wanted and (variable.value or "").isdigit():
+                        nonce = (job.metadata.annotations or {}).get(NONCE_ANNOTATION, "")
+                        return ServedPort(pod.status.pod_ip, int(variable.value), nonce)
+        return None
 
     def _our_job(self, job_id: str) -> Any:
         """The Job of ``job_id``, or None: none by that name, or one by that name that is not ours."""

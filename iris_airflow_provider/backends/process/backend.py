@@ -30,6 +30,7 @@ from iris_airflow_provider.backends.base import (
     InsufficientCapacityError,
     JobReport,
     LogChunk,
+    ServedPort,
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
@@ -68,6 +69,7 @@ from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, p
 from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import RESULT_ENV, ResultError
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.serving import port_env
 
 SUPERVISOR_START_GRACE_MS = 30_000
 KILL_GRACE_SECONDS = 10
@@ -257,8 +259,22 @@ class ProcessBackend:
         finished = job.state in FINISHED
         return read_logs(job.directory, job.record.replicas, finished=finished, cursor=cursor, max_lines=max_lines)
 
+    def served_port(self, job_id: str, port_name: str) -> ServedPort | None:
+        """Where replica 0 of ``job_id``'s current run serves ``port_name`` (on loopback), and which
+        incarnation that run is; None unless the job is running here with that port."""
+        job = self.store.load(job_id)
+        if job is None or job.state not in (STARTING, RUNNING) or not job.status.ports:
+            return None
+        number = job.status.ports[0].get(port_name)
+        return None if number is None else ServedPort("127.0.0.1", number, job.record.nonce)
+
     def environment(
-        self, job: JobFile, replica: int, devices: Mapping[str, list[int]], coordinator_port: int
+        self,
+        job: JobFile,
+        replica: int,
+        devices: Mapping[str, list[int]],
+        coordinator_port: int,
+        ports: Mapping[str, int] | None = None,
     ) -> dict[str, str]:
         """A replica's environment: a clean base, the backend's defaults, the rendezvous on loopback
         (replica 0 listens on ``coordinator_port``, one the supervisor found free for this run), the
@@ -275,6 +291,7 @@ class ProcessBackend:
         env["IRIS_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
         env["IRIS_REPLICA_INDEX"] = str(replica)
         env[RESULT_ENV] = str(self._directory(job.job_id) / result_file_name(replica))
+        env.update(port_env(dict(ports or {})))  # IRIS_PORT_<NAME>: this replica's own, free on loopback
         per_replica = job.devices_per_replica
         if self.device_type == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # unset would mean every GPU of the machine
@@ -435,6 +452,13 @@ class ProcessBackend:
         status.error = status.exit_codes = status.finished_at_ms = None
         status.pid = status.pgid = status.pid_start = status.preempted_at_ms = None
         status.boot_id = processes.boot_id()
+        # Each replica its own numbers (they share the machine); replica 0's are the ones served.
+        names = job.record.port_names
+        status.ports = (
+            [{name: processes.free_loopback_port() for name in names} for _ in range(job.record.replicas)]
+            if names
+            else None
+        )
         self.store.save_status(job)
         # A run evicted back to the queue may have left results: this run hands back only its own.
         for left in job.directory.glob(result_file_name("*")):

@@ -97,6 +97,10 @@ class JobFile:
     def env(self) -> dict[str, str]:
         return dict(self.spec.get("env") or {})
 
+    @property
+    def port_names(self) -> list[str]:
+        return [str(port["name"]) for port in self.spec.get("ports") or ()]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -144,6 +148,7 @@ class StatusFile:
     exit_codes: list[int | None] | None = None
     failed_replica: int | None = None  # the replica whose failure ended the run
     finished_at_ms: int | None = None
+    ports: list[dict[str, int]] | None = None  # per replica, the loopback port of each named port of this run
 
     @classmethod
     def queued(cls, now_ms: int, *, attempts: int = 0, preemptions: int | None = None) -> StatusFile:
@@ -178,6 +183,9 @@ class StatusFile:
             error=None if data.get("error") is None else str(data["error"]),
             boot_id=None if data.get("boot_id") is None else str(data["boot_id"]),
             exit_codes=None if codes is None else [None if c is None else int(c) for c in codes],
+            ports=None
+            if data.get("ports") is None
+            else [{str(name): int(number) for name, number in replica.items()} for replica in data["ports"]],
             **{name: None if data.get(name) is None else int(data[name]) for name in ints},
         )
 

@@ -789,6 +789,19 @@
                       h(Field, { label: "Started / finished" }, when(job.started_at_ms) + " / " + when(job.finished_at_ms)),
                       h(Field, { label: "Deadline" }, when(job.scheduling_deadline_ms)),
                       job.exit_code !== null ? h(Field, { label: "Exit code" }, String(job.exit_code)) : null,
+                      Object.keys(job.serving_urls || {}).length
+                        ? h(
+                            Field,
+                            { label: "Serving" },
+                            h(
+                              C.Stack,
+                              { gap: 0 },
+                              ...Object.entries(job.serving_urls).map(([name, url]) =>
+                                h(C.Link, { key: name, href: url, target: "_blank", rel: "noreferrer", "data-testid": "serving-url" }, name + ": " + url),
+                              ),
+                            ),
+                          )
+                        : null,
                       job.delivery_attempts ? h(Field, { label: "Delivery" }, job.delivery_attempts + " failed attempt(s): " + job.last_delivery_error) : null,
                       job.requeue_count
                         ? h(Field, { label: "Requeued" }, job.requeue_count + " time(s)" + (job.avoided_peers.length ? "; avoiding " + job.avoided_peers.join(", ") + " for now" : ""))
