@@ -190,11 +190,11 @@ class JobClient:
             with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
                 return json.loads(response.read() or b"null")
         except urllib.error.HTTPError as error:
-            raw = error.read()
+            raw = error.read()[:4096].decode(errors="replace")
             try:
                 detail = json.loads(raw)
-                code, message = str(detail.get("code", "")), str(detail.get("message", raw[:500]))
+                code, message = str(detail.get("code", "")), str(detail.get("message", raw))
             except (ValueError, AttributeError):
-                code, message = "", raw[:500].decode(errors="replace")
+                code, message = "", raw
             refusal = ChildRejectedError if error.code == 422 else JobClientError
             raise refusal(error.code, code, message) from None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Query, Request
+from fastapi import Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
@@ -137,9 +137,19 @@ def _view(service: ChildJobs, job: JobRecord) -> ChildJob:
     )
 
 
+class UnschedulableError(Exception):
+    """The child cannot run on this cluster; the router's reason."""
+
+
+@app.exception_handler(UnschedulableError)
+async def _unschedulable(_request: Request, error: UnschedulableError) -> JSONResponse:
+    return _error(422, "UNSCHEDULABLE", str(error))
+
+
 @app.post("/children", status_code=201)
-async def submit_child(me: Caller, service: ChildrenDep, request: Request) -> SubmitAnswer | JSONResponse:
-    """Submit a child of the calling job (the body: a job document whose ``job_id`` is the child's name)."""
+async def submit_child(me: Caller, service: ChildrenDep, request: Request, response: Response) -> SubmitAnswer:
+    """Submit a child of the calling job (the body: a job document whose ``job_id`` is the child's
+    name); 201, or 200 when a live child of that name already existed (nothing new was submitted)."""
     raw = await read_body(request, HANDOFF_BODY_LIMIT)
     try:
         document = json.loads(raw)
@@ -147,11 +157,10 @@ async def submit_child(me: Caller, service: ChildrenDep, request: Request) -> Su
         raise SpecError.single("body", f"must be a JSON job object: {error}") from None
     submitted = service.submit(me, document)
     if submitted.job is None:
-        return _error(422, "UNSCHEDULABLE", submitted.decision.reason)
-    answer = SubmitAnswer(job=_view(service, submitted.job), reattached=submitted.reattached)
+        raise UnschedulableError(submitted.decision.reason)
     if submitted.reattached:
-        return JSONResponse(status_code=200, content=answer.model_dump(mode="json"))
-    return answer
+        response.status_code = 200
+    return SubmitAnswer(job=_view(service, submitted.job), reattached=submitted.reattached)
 
 
 @app.get("/children")
