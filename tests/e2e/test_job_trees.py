@@ -20,7 +20,7 @@ from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.identity import generate_keypair
 from iris_airflow_provider.plugins.ui_api import UI_PREFIX
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import ARTIFACTS, free_port
 from tests.e2e.deployments import deployment_pair
 from tests.e2e.jobs import job_of
 from tests.waiting import wait_for
@@ -31,6 +31,7 @@ _wait = partial(wait_for, timeout=180, interval=0.5)
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
 UI_API = f"{UI_PREFIX}/api"
+MIRRORED: dict[str, str] = {}  # the first test's job, for the browser's look at its tree
 
 COORDINATOR = r"""
 import json, os, sys, urllib.request
@@ -142,6 +143,30 @@ def test_a_coordinator_on_the_peer_submits_two_children_that_run_there_and_are_m
         (f"{job_id}/shard-0", "succeeded"),
         (f"{job_id}/shard-1", "succeeded"),
     ]
+    MIRRORED["job_id"] = job_id
+
+
+def test_in_chromium_the_job_drawer_shows_the_tree(pair: Pair, browser) -> None:
+    from playwright.sync_api import expect
+
+    from devtools.browser import page_url, sign_in
+
+    job_id = MIRRORED.get("job_id")
+    if job_id is None:
+        pytest.skip("needs the mirrored tree of the test before")
+    page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    sign_in(page, pair.parent.base_url, "alice", pair.parent.password("alice"))
+    page.goto(page_url(pair.parent.base_url) + "?job=" + job_id)
+    children = page.get_by_test_id("job-detail").get_by_test_id("children")
+    expect(children).to_contain_text("shard-0")
+    expect(children).to_contain_text("shard-1")
+    expect(children).to_contain_text("succeeded")
+    expect(children).to_contain_text("exit code 0")
+    page.screenshot(path=str(ARTIFACTS / "job-tree.png"))
+    assert errors == []
 
 
 def _with_children(store: FederationStore, job_id: str):
