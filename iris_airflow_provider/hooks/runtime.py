@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
 from collections.abc import Callable
 
@@ -27,6 +28,8 @@ from iris_airflow_provider.services.receiver import Receiver
 from iris_airflow_provider.store.records import JobRecord
 
 DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _federations: dict[tuple[str, str, str], Federation] = {}
@@ -62,7 +65,7 @@ def get_federation(conn_id: str | None = None) -> Federation:
         return federation
 
 
-def job_tokens(cluster: str) -> JobTokens:
+def job_tokens(cluster: str) -> JobTokens | None:
     """Signs and checks the tokens of this cluster's jobs (services/job_tokens.py).
 
     The key is derived from Airflow's own ``[api_auth] jwt_secret``, which every component of a
@@ -71,8 +74,9 @@ def job_tokens(cluster: str) -> JobTokens:
     token is never an Airflow API token or the reverse. Jobs call back at ``[api] base_url``.
     """
     secret = conf.get("api_auth", "jwt_secret", fallback="") or ""
-    if not secret:
-        raise ValueError("[api_auth] jwt_secret is not set: job tokens cannot be signed (see Airflow's configuration)")
+    if not secret:  # Airflow generates one; without it jobs run, but cannot submit children
+        log.warning("[api_auth] jwt_secret is not set: jobs get no job token and cannot submit children")
+        return None
     key = hmac.new(secret.encode(), b"iris-federation job tokens v1", hashlib.sha256).digest()
     base_url = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
     return JobTokens(cluster, key, federation_url=base_url)

@@ -242,11 +242,13 @@ class Receiver:
 
     def _in_tree_handed_by(self, caller: str, job_id: str) -> JobRecord:
         """A job the caller handed off, or a job of such a job's tree (which runs here)."""
-        root = parent_key(job_id) is not None and self.store.get_job(received_job_key(caller, job_id))
-        if root:
-            self._handed_by(caller, root_key(job_id))  # its root must be the caller's
-            return root
-        return self._handed_by(caller, job_id)
+        if parent_key(job_id) is None:
+            return self._handed_by(caller, job_id)
+        self._handed_by(caller, root_key(job_id))  # its root must be one the caller handed over
+        child = self.store.get_job(received_job_key(caller, job_id))
+        if child is None:
+            raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} not found")
+        return child
 
     def sync(self, caller: str, cursor: str) -> SyncResponse:
         latest = self.store.latest_event_seq()
