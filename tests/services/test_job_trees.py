@@ -116,6 +116,9 @@ def test_a_child_inherits_env_runs_here_and_is_submitted_as_the_roots_user(lite:
     assert out.read_text().split() == ["llm", "child", "/alice/coordinator/prep"]
     assert child.submitting_user == root.submitting_user == ALICE
     assert child.job_spec.inferred_parent == "/alice/coordinator"
+    # The parent's task log (its relayed output) says how its child ended.
+    lines = [line for _, line in lite.store.log_lines(root.job_id)]
+    assert "[iris-federation] child /alice/coordinator/prep: succeeded (exit code 0)" in lines
     # Submitting the same child again while it is live reattaches; once finished, runs it again.
     again = children.submit(caller, {"job_id": "prep", "command": "true"})
     assert again.job is not None and again.job.nonce != child.nonce
