@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -39,6 +39,16 @@ class Submission:
     spec: JobSpec
     requester: str  # the cluster that asked ("" for this cluster's own jobs)
     submitted_at_ms: int
+    # What the cluster gives every job it launches, beside its spec's env: IRIS_FEDERATION_URL and
+    # IRIS_JOB_TOKEN (services/job_tokens.py); none where the cluster issues no job tokens.
+    job_env: Mapping[str, str] = field(default_factory=dict)
+
+
+# A job's way back to its cluster (services/job_tokens.py): the api-server's URL and the job's token,
+# which a backend keeping it in a file (the process backend) rewrites while the job runs.
+FEDERATION_URL_ENV = "IRIS_FEDERATION_URL"
+JOB_TOKEN_ENV = "IRIS_JOB_TOKEN"
+JOB_TOKEN_FILE_ENV = "IRIS_JOB_TOKEN_FILE"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Peer
 from iris_airflow_provider.peers.identity import TokenMinter, read_pem
 from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.job_tokens import JobTokens
 from iris_airflow_provider.store.store import FederationStore
 
 
@@ -112,7 +113,17 @@ def _minter(cluster: str, private_key: str, where: str) -> TokenMinter:
 
 
 def build_federation(
-    config: ClusterConfig, store: FederationStore, endpoints: Mapping[str, PeerEndpoint] | None = None
+    config: ClusterConfig,
+    store: FederationStore,
+    endpoints: Mapping[str, PeerEndpoint] | None = None,
+    job_tokens: JobTokens | None = None,
 ) -> Federation:
-    """The federation of a cluster file: its local backends and its peers, built from it."""
-    return Federation(config, store, backends=build_local_backends(config), peers=build_peers(config, endpoints))
+    """The federation of a cluster file: its local backends and its peers, built from it; with
+    ``job_tokens``, every job it launches can call back (submit children)."""
+    return Federation(
+        config,
+        store,
+        backends=build_local_backends(config),
+        peers=build_peers(config, endpoints),
+        job_tokens=job_tokens,
+    )

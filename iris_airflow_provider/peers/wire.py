@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
 from iris_airflow_provider.core.job_ids import JobId
-from iris_airflow_provider.core.job_report import projected
+from iris_airflow_provider.core.job_report import ChildReport, projected
 from iris_airflow_provider.core.job_result import MAX_RESULT_BYTES, ResultError, parse_result
 from iris_airflow_provider.core.limits import MAX_FILES_BYTES
 from iris_airflow_provider.core.states import JobState
@@ -168,6 +168,21 @@ class ReplicaStatus(Body):
     exit_code: ExitCode | None = None
 
 
+MAX_CHILDREN = 4096  # per root in one status: a tree larger than that is reported in part
+
+
+class ChildStatus(Body):
+    """A child of a handed-off root (optional in a status: older peers send none, older parents
+    ignore it)."""
+
+    job_id: JobIdText
+    state: JobState
+    exit_code: ExitCode | None = None
+    error: str = Field(default="", max_length=MAX_ERROR_CHARS)
+    started_at_ms: EpochMs | None = None
+    finished_at_ms: EpochMs | None = None
+
+
 class JobStatus(Body):
     job_id: str
     nonce: str
@@ -182,6 +197,8 @@ class JobStatus(Body):
     # What a succeeded incarnation handed back at $IRIS_RESULT (JSON text). Optional: a peer
     # without results sends none, and an older parent ignores it.
     result: Annotated[str, Field(max_length=MAX_RESULT_BYTES)] | None = None
+    # The root's tree as it runs there: its children, theirs, and so on (None: not reported).
+    children: list[ChildStatus] | None = Field(default=None, max_length=MAX_CHILDREN)
 
     @field_validator("result")
     @classmethod
@@ -205,7 +222,10 @@ class JobStatus(Body):
         return cls.model_validate(report, from_attributes=True)
 
     def to_report(self) -> JobReport:
-        return projected(self, JobReport, replicas=tuple(projected(r, ReplicaReport) for r in self.replicas))
+        children = None if self.children is None else tuple(projected(c, ChildReport) for c in self.children)
+        return projected(
+            self, JobReport, replicas=tuple(projected(r, ReplicaReport) for r in self.replicas), children=children
+        )
 
 
 class BundleStatus(Body):

@@ -274,6 +274,7 @@ class JobTemplate:
             values["TPU_WORKER_HOSTNAMES"] = ",".join(hosts)
             ranks.append("TPU_WORKER_ID")
         values.update(spec.env)
+        values.update(submission.job_env)  # IRIS_FEDERATION_URL and the job's token (renewed by a call)
         env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
         field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
         env += [

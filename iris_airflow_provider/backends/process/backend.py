@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from iris_airflow_provider.backends.base import (
+    JOB_TOKEN_ENV,
+    JOB_TOKEN_FILE_ENV,
     RANK_ENV,
     AlreadyExistsError,
     InsufficientCapacityError,
@@ -59,7 +61,9 @@ from iris_airflow_provider.backends.process.state import (
     StateDir,
     StatusFile,
     job_directory_name,
+    read_job_token,
     result_file_name,
+    write_job_token,
     write_result,
 )
 from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
@@ -186,17 +190,21 @@ class ProcessBackend:
                 submitted_at_ms=submission.submitted_at_ms,
                 spec=submission.spec.model_dump(mode="json"),
                 need=need,
+                job_env={k: v for k, v in submission.job_env.items() if k != JOB_TOKEN_ENV},
             )
             files = {path: file_bytes(content) for path, content in submission.spec.files.items()}
             # Built aside and moved into place whole (the finished incarnation retired only then):
             # a failure writing it leaves the id as it was.
-            self.store.create(
+            job = self.store.create(
                 record,
                 StatusFile.queued(self.clock()),
                 files,
                 replacing=existing,
                 unpack=self._bundle_unpacker(submission.spec),
             )
+            token = submission.job_env.get(JOB_TOKEN_ENV)
+            if token:  # before any replica can start and read it
+                write_job_token(job.directory, token)
             self._schedule()
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
 
@@ -251,6 +259,16 @@ class ProcessBackend:
                 processes.signal_group(job.status.pgid, signal.SIGTERM)
             return True
 
+    def write_job_token(self, job_id: str, nonce: str, token: str) -> bool:
+        """Rewrite the token of incarnation ``nonce`` (its replicas read the file, $IRIS_JOB_TOKEN_FILE);
+        False when that incarnation is not here or has finished."""
+        with self.store.locked():
+            job = self.store.load(job_id)
+            if job is None or job.record.nonce != nonce or job.state in FINISHED:
+                return False
+            write_job_token(job.directory, token)
+            return True
+
     def logs(self, job_id: str, cursor: str = "", max_lines: int = 1000) -> LogChunk:
         job = self.store.load(job_id)
         if job is None:
@@ -291,6 +309,11 @@ class ProcessBackend:
         env["IRIS_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
         env["IRIS_REPLICA_INDEX"] = str(replica)
         env[RESULT_ENV] = str(self._directory(job.job_id) / result_file_name(replica))
+        if job.job_env:  # its way back to this cluster: the URL, and a token renewed in a file
+            env.update(job.job_env)
+            token_file, token = read_job_token(self._directory(job.job_id))
+            env[JOB_TOKEN_FILE_ENV] = str(token_file)
+            env[JOB_TOKEN_ENV] = token
         env.update(port_env(dict(ports or {})))  # IRIS_PORT_<NAME>: this replica's own, free on loopback
         per_replica = job.devices_per_replica
         if self.device_type == "gpu":

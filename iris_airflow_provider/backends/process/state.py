@@ -80,6 +80,8 @@ class JobFile:
     submitted_at_ms: int
     spec: dict[str, Any]
     need: dict[str, int]  # device slots per variant, for all replicas together
+    # IRIS_FEDERATION_URL (no token: that lives in JOB_TOKEN_FILE, rewritten while the job runs).
+    job_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def replicas(self) -> int:
@@ -110,6 +112,7 @@ class JobFile:
             "submitted_at_ms": self.submitted_at_ms,
             "spec": self.spec,
             "need": self.need,
+            "job_env": self.job_env,
         }
 
     @classmethod
@@ -124,6 +127,7 @@ class JobFile:
             submitted_at_ms=int(data["submitted_at_ms"]),
             spec=dict(data["spec"]),
             need={str(v): int(n) for v, n in (data.get("need") or {}).items()},
+            job_env={str(k): str(v) for k, v in (data.get("job_env") or {}).items()},
         )
 
 
@@ -326,6 +330,27 @@ def job_directory_name(job_id: str) -> str:
     readable = job_id.strip("/").replace("/", "__")[:80]
     digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
     return f"{readable}-{digest}"
+
+
+JOB_TOKEN_FILE = "job-token"
+
+
+def write_job_token(directory: Path, token: str) -> None:
+    """Replace the job's token file whole (a replica reading it sees the old token or the new one)."""
+    path = directory / JOB_TOKEN_FILE
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.touch(mode=0o600)
+    temporary.write_text(token)
+    os.replace(temporary, path)
+
+
+def read_job_token(directory: Path) -> tuple[Path, str]:
+    """The job's token file and the token in it ("" when there is none)."""
+    path = directory / JOB_TOKEN_FILE
+    try:
+        return path, path.read_text().strip()
+    except FileNotFoundError:
+        return path, ""
 
 
 def result_file_name(replica: int | str) -> str:

@@ -848,6 +848,28 @@
                           }),
                         )
                       : null,
+                    job.children && job.children.length
+                      ? h(
+                          Section,
+                          { title: "Children" },
+                          // Its tree, which runs on one cluster (mirrored from the peer for a handed-off root).
+                          h(ItemTable, {
+                            testid: "children",
+                            items: job.children,
+                            rowKey: (child) => child.job_id,
+                            cells: (child) => [
+                              h(
+                                C.Table.Cell,
+                                { fontWeight: "semibold", wordBreak: "break-all", pl: 2 + 3 * (child.job_id.split("/").length - job.job_id.replace(/^[^/]*:/, "").split("/").length - 1) },
+                                child.job_id.slice(child.job_id.lastIndexOf("/") + 1),
+                              ),
+                              h(C.Table.Cell, null, child.state),
+                              h(C.Table.Cell, null, child.exit_code === null ? "" : "exit code " + child.exit_code),
+                              h(C.Table.Cell, { wordBreak: "break-word" }, child.error),
+                            ],
+                          }),
+                        )
+                      : null,
                     job.output_tail.length
                       ? h(
                           Section,
