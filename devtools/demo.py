@@ -22,6 +22,7 @@ import argparse
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -106,6 +107,21 @@ PEER_JOB = (
     ("succeeded", "peer cw-east"),
 )
 
+SERVED_APP = Path(__file__).with_name("served_app.py")
+SERVING_JOB = (
+    "alice",
+    "a streaming chat server on cw-east, reached through marin's URL (see below)",
+    {
+        "command": [sys.executable, "served_app.py"],
+        "files": {"served_app.py": SERVED_APP.read_text()},
+        "ports": [{"name": "http"}],
+        "env": {"SERVING_LIFETIME_S": "600"},
+        "target_cluster": "cw-east",
+    },
+    ("succeeded", "peer cw-east"),
+)
+CHAT_REQUEST = '{"model": "tiny", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,14 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     config["state_dir"] = str(args.home / "marin" / "iris")  # where the process backends keep their jobs
     deployments = []
     peer_deployment = None
+    port = free_port(args.port)
     if args.with_airflow_peer:
-        peer_deployment, peer_entry = airflow_peer(args.home, config)
+        peer_deployment, peer_entry = airflow_peer(args.home, config, f"http://127.0.0.1:{port}")
         config["peers"].append(peer_entry)
         deployments.append(peer_deployment)
     cluster.write_text(yaml.safe_dump(config, sort_keys=False))
     deployment = AirflowDeployment(
         home=args.home / "marin",
-        port=free_port(args.port),
+        port=port,
         metadata_url=f"sqlite:///{args.home / 'marin' / 'airflow.db'}",
         store_url=f"sqlite:///{args.home / 'marin' / 'iris_federation.db'}",
         cluster_config=cluster,
@@ -142,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         fast_failure_detection=False,
     )
     deployments.append(deployment)
-    jobs = EXAMPLE_JOBS + ([PEER_JOB] if peer_deployment else [])
+    jobs = EXAMPLE_JOBS + ([PEER_JOB, SERVING_JOB] if peer_deployment else [])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     failed = False
     try:
@@ -164,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append((user, title, run_id))
             say(f"  {user:<6} submitted {title}")
             time.sleep(1)
+        if peer_deployment is not None:
+            show_serving(deployment, peer_deployment, runs[-1][2])
         ended = watch(deployment, runs)
         unexpected = surprises(jobs, ended)
         if unexpected:
@@ -210,8 +229,13 @@ def surprises(
     return found
 
 
-def airflow_peer(home: Path, parent_config: dict[str, Any]) -> tuple[AirflowDeployment, dict[str, Any]]:
-    """A second deployment, cw-east, that trusts marin's key and accepts alice's and bob's jobs."""
+def airflow_peer(
+    home: Path, parent_config: dict[str, Any], parent_url: str
+) -> tuple[AirflowDeployment, dict[str, Any]]:
+    """A second deployment, cw-east, that trusts marin's key and accepts alice's and bob's jobs; the
+    serving URLs it mints go through marin (``public_parent``), signed with its own secret."""
+    import secrets
+
     from iris_airflow_provider.peers.identity import generate_keypair
 
     keys = home / "keys"
@@ -234,7 +258,9 @@ def airflow_peer(home: Path, parent_config: dict[str, Any]) -> tuple[AirflowDepl
                     "private_key": str(keys / "cw-east.key"),
                     "trusted_peers": {"marin": {"public_key": str(keys / "marin.pub")}},
                     "allowed_submitters": ["alice", "bob"],
+                    "public_parent": parent_url,
                 },
+                "serving": {"token_secret": secrets.token_urlsafe(32)},
                 "backends": [{"id": "default", "kind": "process", "devices": {"h200": 8}}],
             },
             sort_keys=False,
@@ -294,6 +320,46 @@ def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> li
         raise DeploymentError("the example jobs did not finish within 5 minutes")
     finally:
         store.dispose()
+
+
+def show_serving(parent: AirflowDeployment, peer: AirflowDeployment, run_id: str) -> None:
+    """Wait for the serving job to listen on cw-east, print the URL cw-east minted for it (marin's
+    relay), stream a chat completion through it with curl, then end the job."""
+    import httpx
+
+    from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID, runner_run_id
+    from iris_airflow_provider.store.store import FederationStore
+
+    parent_store, peer_store = FederationStore.from_url(parent.store_url), FederationStore.from_url(peer.store_url)
+    deadline = time.monotonic() + 180
+    url = ""
+    try:
+        while not url and time.monotonic() < deadline:
+            time.sleep(1)
+            job = next((j for j in parent_store.list_jobs(limit=1000) if j.origin and j.origin.run_id == run_id), None)
+            received = peer_store.get_job(f"marin:{job.job_id}") if job is not None else None
+            if received is None:
+                continue
+            try:
+                urls = peer.xcom(RUNNER_DAG_ID, runner_run_id(received.job_id, received.nonce), "run", "serving_urls")
+                url = str(urls["http"]) if httpx.get(urls["http"] + "ready", timeout=30).status_code == 200 else ""
+            except (httpx.HTTPError, KeyError, TypeError):
+                continue
+    finally:
+        parent_store.dispose()
+        peer_store.dispose()
+    if not url:
+        raise DeploymentError("the serving job on cw-east did not answer through marin within 3 minutes")
+    say(f"\nThe chat server runs on cw-east; cw-east minted this URL, through marin:\n  {url}")
+    command = ["curl", "-sN", f"{url}v1/chat/completions", "-H", "Content-Type: application/json", "-d", CHAT_REQUEST]
+    say("$ " + " ".join(f"'{part}'" if " " in part or "{" in part else part for part in command))
+    if shutil.which("curl"):
+        subprocess.run(command, check=False, timeout=60)
+    else:  # the same request without curl
+        with httpx.stream("POST", f"{url}v1/chat/completions", content=CHAT_REQUEST, timeout=60) as answer:
+            for line in answer.iter_lines():
+                say(line)
+    httpx.post(f"{url}shutdown", timeout=30)  # the job ends, and succeeds
 
 
 def stop_jobs(cluster: Path) -> None:

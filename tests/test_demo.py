@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from devtools.demo import EXAMPLE_JOBS, PEER_JOB, surprises
+from devtools.demo import EXAMPLE_JOBS, PEER_JOB, SERVING_JOB, surprises
 
-JOBS = [*EXAMPLE_JOBS, PEER_JOB]
+JOBS = [*EXAMPLE_JOBS, PEER_JOB, SERVING_JOB]
 AS_EXPECTED = [
     ("succeeded", "peer cw-h100/default", "success"),
     ("succeeded", "peer cw-gb200/default", "success"),
@@ -12,6 +12,7 @@ AS_EXPECTED = [
     ("succeeded", "marin/cpu", "success"),
     ("succeeded", "peer cw-gb200/default", "success"),
     ("rejected", "-", "failed"),
+    ("succeeded", "peer cw-east/default", "success"),
     ("succeeded", "peer cw-east/default", "success"),
 ]
 

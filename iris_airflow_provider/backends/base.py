@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -39,6 +39,16 @@ class Submission:
     spec: JobSpec
     requester: str  # the cluster that asked ("" for this cluster's own jobs)
     submitted_at_ms: int
+    # What the cluster gives every job it launches, beside its spec's env: IRIS_FEDERATION_URL and
+    # IRIS_JOB_TOKEN (services/job_tokens.py); none where the cluster issues no job tokens.
+    job_env: Mapping[str, str] = field(default_factory=dict)
+
+
+# A job's way back to its cluster (services/job_tokens.py): the api-server's URL and the job's token,
+# which a backend keeping it in a file (the process backend) rewrites while the job runs.
+FEDERATION_URL_ENV = "IRIS_FEDERATION_URL"
+JOB_TOKEN_ENV = "IRIS_JOB_TOKEN"
+JOB_TOKEN_FILE_ENV = "IRIS_JOB_TOKEN_FILE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +78,15 @@ def decode_cursor(cursor: str, shape: TypeAdapter[Cursor], empty: Cursor) -> Cur
 
 
 @dataclass(frozen=True, slots=True)
+class ServedPort:
+    """Where this cluster reaches a running job's named port, and the incarnation serving it."""
+
+    host: str
+    port: int
+    nonce: str
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitOutcome:
     report: JobReport
     replay: bool = False  # the same incarnation was already here
@@ -94,6 +113,10 @@ class Backend(Protocol):
         ...
 
     def logs(self, job_id: str, cursor: str = "", max_lines: int = 1000) -> LogChunk: ...
+
+    def served_port(self, job_id: str, port_name: str) -> ServedPort | None:
+        """Where the job's ``port_name`` is served now (see ``core/serving.py``), or None when it is not running."""
+        ...
 
 
 # Shared by the backends ---------------------------------------------------------------------------

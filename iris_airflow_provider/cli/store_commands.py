@@ -184,6 +184,12 @@ def describe(args: argparse.Namespace) -> Report:
             {"replica": r["index"], "state": r["state"], "exit code": r["exit_code"]} for r in details["replicas"]
         ]
         parts.append(Table(replicas, "Replicas:"))
+    if details.get("children"):
+        children = [
+            {"child": c["job_id"], "state": c["state"], "exit code": c["exit_code"], "error": c["error"]}
+            for c in details["children"]
+        ]
+        parts.append(Table(children, "Children (its tree runs on one cluster):"))
     if details["pending_reasons"]:
         parts.append("Pending reasons: " + " -> ".join(details["pending_reasons"]))
     if details["output_tail"]:

@@ -20,6 +20,7 @@ from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.base import Peer
 from iris_airflow_provider.peers.identity import TokenMinter, read_pem
 from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.job_tokens import JobTokens
 from iris_airflow_provider.store.store import FederationStore
 
 
@@ -38,6 +39,7 @@ def build_backend(config: ClusterConfig, owner: str, backend: BackendConfig) -> 
         attributes=backend.attributes,
         max_running_jobs=backend.max_running_jobs,
         env=backend.env,
+        bundles=config.bundle_store(),
     )
 
 
@@ -84,6 +86,7 @@ def build_peers(config: ClusterConfig, endpoints: Mapping[str, PeerEndpoint] | N
                 timeout_seconds=peer.timeout_seconds,
                 delivery_timeout_seconds=config.placement.delivery_timeout_seconds,
                 allow_insecure_http=peer.allow_insecure_http,
+                bundles=config.bundle_store(),
             )
         else:
             backends = [build_backend(config, peer.id, b) for b in peer.backends]
@@ -110,7 +113,17 @@ def _minter(cluster: str, private_key: str, where: str) -> TokenMinter:
 
 
 def build_federation(
-    config: ClusterConfig, store: FederationStore, endpoints: Mapping[str, PeerEndpoint] | None = None
+    config: ClusterConfig,
+    store: FederationStore,
+    endpoints: Mapping[str, PeerEndpoint] | None = None,
+    job_tokens: JobTokens | None = None,
 ) -> Federation:
-    """The federation of a cluster file: its local backends and its peers, built from it."""
-    return Federation(config, store, backends=build_local_backends(config), peers=build_peers(config, endpoints))
+    """The federation of a cluster file: its local backends and its peers, built from it; with
+    ``job_tokens``, every job it launches can call back (submit children)."""
+    return Federation(
+        config,
+        store,
+        backends=build_local_backends(config),
+        peers=build_peers(config, endpoints),
+        job_tokens=job_tokens,
+    )

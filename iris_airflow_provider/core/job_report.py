@@ -22,6 +22,18 @@ class ReplicaReport:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildReport:
+    """A child of a handed-off root, as the peer running its tree reports it (under its job id)."""
+
+    job_id: str
+    state: JobState
+    exit_code: int | None = None
+    error: str = ""
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobReport:
     job_id: str
     nonce: str
@@ -34,6 +46,8 @@ class JobReport:
     replicas: tuple[ReplicaReport, ...] = ()
     # What a succeeded incarnation handed back at $IRIS_RESULT, as JSON text (core/job_result.py).
     result: str | None = None
+    # A root's tree as the peer running it reports it (None: a runner that reports no children).
+    children: tuple[ChildReport, ...] | None = None
 
 
 def projected(source: object, target: type[T], **overrides: Any) -> T:

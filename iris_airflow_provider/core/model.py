@@ -7,7 +7,7 @@ replicas, cpu, memory), constraints, a priority band, an optional pin to a peer
 
 Every field is checked here, and only here, against its rule: the job id
 (``core/job_ids.py``), the command, image and environment (``core/job_launch.py``), the files
-(``core/job_files.py``), resources (``core/resources.py``), constraints
+(``core/job_files.py``) or their bundle (``core/bundles.py``), resources (``core/resources.py``), constraints
 (``core/constraint_spec.py``); every number against its range and every input against its size
 (``core/limits.py``), names and text against ``core/characters.py``. Whatever passes can be
 written, started, stored as JSON and turned into a run id, a directory or a Kubernetes object.
@@ -21,6 +21,7 @@ from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, fi
 from pydantic_core import PydanticCustomError
 
 from iris_airflow_provider.core.bands import DEFAULT_BAND, Band, UnknownBandError, parse_band
+from iris_airflow_provider.core.bundles import BundleRef
 from iris_airflow_provider.core.characters import describe_refused, refused_in_name
 from iris_airflow_provider.core.constraint_spec import ConstraintSpec
 from iris_airflow_provider.core.constraints import (
@@ -49,6 +50,7 @@ from iris_airflow_provider.core.limits import (
     START_TIMEOUT,
 )
 from iris_airflow_provider.core.resources import Resources
+from iris_airflow_provider.core.serving import MAX_PORTS, PortSpec, check_ports
 from iris_airflow_provider.core.strict_model import StrictModel
 
 Deadline = Annotated[int, BeforeValidator(DEADLINE.check), Field(ge=DEADLINE.low)]
@@ -89,6 +91,10 @@ class JobSpec(StrictModel):
         default_factory=dict,
         description='workdir files travelling with the job: relative path -> text, or "base64:<data>" for bytes',
     )
+    # A workdir too big for ``files`` travels as a content-addressed bundle (core/bundles.py).
+    bundle: BundleRef | None = Field(
+        default=None, description="the workdir as an uploaded bundle: {digest: sha256:<hex>, size: bytes}"
+    )
     resources: Resources = Resources()
     constraints: tuple[ConstraintSpec, ...] = Field(default=(), max_length=MAX_CONSTRAINTS)
     regions: tuple[str, ...] | None = Field(
@@ -103,6 +109,11 @@ class JobSpec(StrictModel):
         default=(),
         max_length=MAX_PREFERRED_VARIANTS,
         description="device variants to land near, lowercased (e.g. h100); placement only",
+    )
+    # Named ports the job serves on: the backend picks each number (IRIS_PORT_<NAME>) and the cluster
+    # serves it at a capability URL (core/serving.py).
+    ports: tuple[PortSpec, ...] = Field(
+        default=(), max_length=MAX_PORTS, description='named ports the job serves on, e.g. [{"name": "http"}]'
     )
     target_cluster: str = Field(default="", validate_default=True)
     parent_job_id: str | None = None  # must equal the job id's parent path, so the id's rule holds for it
@@ -139,6 +150,15 @@ class JobSpec(StrictModel):
     def _files(cls, value: dict[str, str]) -> dict[str, str]:
         return dict(check_files(value))
 
+    @field_validator("bundle")
+    @classmethod
+    def _bundle(cls, value: BundleRef | None, info: ValidationInfo) -> BundleRef | None:
+        if value is not None and info.data.get("files"):
+            raise ValueError(
+                "give files or a bundle, not both (the operator's workdir= packs a job's own files into its bundle)"
+            )
+        return value
+
     @field_validator("priority_band", mode="before")
     @classmethod
     def _priority_band(cls, value: Any) -> Band:
@@ -170,6 +190,11 @@ class JobSpec(StrictModel):
         if any(not v for v in cleaned):
             raise ValueError("must list device variants such as h100; an empty name prefers nothing")
         return tuple(dict.fromkeys(cleaned))  # once each, in the order given
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, value: tuple[PortSpec, ...]) -> tuple[PortSpec, ...]:
+        return check_ports(value)
 
     @field_validator("target_cluster")
     @classmethod

@@ -8,22 +8,29 @@ configuration takes effect when the components restart.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import logging
 import threading
 from collections.abc import Callable
 
 from airflow.providers.common.compat.sdk import conf
 
+from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.cluster.build import build_federation
 from iris_airflow_provider.hooks.cluster_configuration import SECTION, cluster_config, cluster_config_source
 from iris_airflow_provider.hooks.federation_peer import peer_endpoints
 from iris_airflow_provider.hooks.federation_store import FederationStoreHook
 from iris_airflow_provider.peers.identity import TokenVerifier
 from iris_airflow_provider.services.federation import Federation
+from iris_airflow_provider.services.job_tokens import JobTokens
 from iris_airflow_provider.services.peer_auth import PeerAuthenticator
 from iris_airflow_provider.services.receiver import Receiver
 from iris_airflow_provider.store.records import JobRecord
 
 DEFAULT_CONN_ID = FederationStoreHook.default_conn_name
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _federations: dict[tuple[str, str, str], Federation] = {}
@@ -54,9 +61,26 @@ def get_federation(conn_id: str | None = None) -> Federation:
         if federation is None:
             config = cluster_config()
             store = FederationStoreHook(conn_id).get_store()
-            federation = build_federation(config, store, peer_endpoints(config))
+            federation = build_federation(config, store, peer_endpoints(config), job_tokens(config.name))
             _federations[key] = federation
         return federation
+
+
+def job_tokens(cluster: str) -> JobTokens | None:
+    """Signs and checks the tokens of this cluster's jobs (services/job_tokens.py).
+
+    The key is derived from Airflow's own ``[api_auth] jwt_secret``, which every component of a
+    deployment already shares (its workers' Execution API tokens need it), so the api-server checks
+    what a worker, the triggerer or the tick signed; it is derived, not used as it is, so a job
+    token is never an Airflow API token or the reverse. Jobs call back at ``[api] base_url``.
+    """
+    secret = conf.get("api_auth", "jwt_secret", fallback="") or ""
+    if not secret:  # Airflow generates one; without it jobs run, but cannot submit children
+        log.warning("[api_auth] jwt_secret is not set: jobs get no job token and cannot submit children")
+        return None
+    key = hmac.new(secret.encode(), b"iris-federation job tokens v1", hashlib.sha256).digest()
+    base_url = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
+    return JobTokens(cluster, key, federation_url=base_url)
 
 
 _receivers: dict[tuple[str, str, str], Receiver] = {}
@@ -86,6 +110,12 @@ def get_verifier() -> TokenVerifier:
 def get_peer_authenticator() -> PeerAuthenticator:
     """The peer API's authentication: a verified token, used once (its jti recorded in the store)."""
     return PeerAuthenticator(get_verifier(), get_federation().store)
+
+
+def get_bundle_store(conn_id: str | None = None) -> BundleStore:
+    """This cluster's workdir bundles (the cluster file's ``bundles:``): where the operator packs
+    them and the peer API receives them."""
+    return get_federation(conn_id).config.bundle_store()
 
 
 def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = None) -> Receiver:

@@ -32,9 +32,11 @@ from iris_airflow_provider.core.orphans import submitter_kill_action
 from iris_airflow_provider.core.ownership import OwnershipError, check_namespace, qualified_job_id, user_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_federation
+from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_bundle_store, get_federation
+from iris_airflow_provider.hooks.serving import get_serving
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
-from iris_airflow_provider.operators.workdir import WorkdirError, pack_workdir
+from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, serving_urls
+from iris_airflow_provider.operators.workdir import WorkdirError, WorkdirTooLargeError, bundle_workdir, pack_workdir
 from iris_airflow_provider.services.submit import IdentityError
 from iris_airflow_provider.store.async_store import JobSnapshot
 from iris_airflow_provider.store.records import JobRecord, Origin, current_incarnation, pending_reason_history
@@ -75,8 +77,10 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         for this DAG by the cluster file's ``federation.service_principals``, else the task fails
         before anything is written.
     :param workdir: a directory whose files travel with the job into its working directory (the
-        code it runs, small inputs); relative to the DAG file's folder; templated. The job's own
-        ``files`` win over the directory's. Limits: those of ``files``.
+        code it runs, its inputs); relative to the DAG file's folder; templated. The job's own
+        ``files`` win over the directory's. Within the limits of ``files`` it travels inline;
+        beyond them it is packed into a content-addressed bundle (this cluster's ``bundles:``,
+        at most ``bundles.max_bundle_bytes``, 1 GiB by default) and uploaded to the peer once.
     :param wait_for: ``completion`` (default), ``acceptance`` (a peer admitted it, or it runs
         locally), or ``none`` (return right after it is queued or started).
     :param poll_interval: seconds between looks at the job while waiting.
@@ -205,11 +209,29 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         else:
             document["job_id"] = self.derived_job_id(context)
         if self.workdir:
+            workdir = self._workdir_path(context)
             try:
-                packed = pack_workdir(self._workdir_path(context))
+                try:
+                    document["files"] = {**pack_workdir(workdir), **(document.get("files") or {})}
+                except WorkdirTooLargeError:
+                    # Too big to travel inline: one bundle of the directory and the job's own files,
+                    # packed once the rest of the job is known to be valid.
+                    own = self._parse(document).files
+                    store = get_bundle_store(self.conn_id)
+                    document["bundle"] = bundle_workdir(workdir, store, own).model_dump()
+                    document["files"] = {}
             except (WorkdirError, OSError) as error:
                 raise AirflowFailException(f"Invalid job:\n{error}") from None
-            document["files"] = {**packed, **(document.get("files") or {})}
+        spec = self._parse(document)
+        if spec.bundle is not None and not get_bundle_store(self.conn_id).has(spec.bundle):
+            raise AirflowFailException(  # a bundle named by hand must be one this cluster holds
+                f"Invalid job:\njob.bundle: {spec.bundle.digest} ({spec.bundle.size} bytes) is not in this cluster's "
+                "bundle store (bundles.dir); give the operator workdir= to pack one"
+            )
+        return spec
+
+    @staticmethod
+    def _parse(document: Mapping[str, Any]) -> JobSpec:
         try:
             return parse_job(document, path="job")
         except SpecError as error:
@@ -279,6 +301,9 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.job_id)
         ti.xcom_push(key="disposition", value=_disposition(job))
         ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(job.job_id))  # visible while deferred
+        urls = serving_urls(job, self.log)
+        if urls:
+            ti.xcom_push(key=SERVING_URLS_XCOM_KEY, value=urls)
         self._announced = job.job_id
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
@@ -356,6 +381,8 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             "url": job_url(job.job_id),
             "result": job_result(store, job),
         }
+        if job.spec.get("ports") and not job.terminal:  # a finished job serves nothing
+            result["serving_urls"] = get_serving().urls(job)
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:
             return result
         message = describe_record(job)

@@ -21,6 +21,7 @@ from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
 from iris_airflow_provider.operators.federated import describe_record
+from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, serving_urls
 from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, FederationJobTrigger
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class IrisReceivedJobOperator(BaseOperator):
         context["ti"].xcom_push(key=FederationJobLink().xcom_key, value=job_url(self.job_id))
         job = get_federation(self.conn_id).start_received(self.job_id, self.nonce)
         self.log.info("Job %s, handed off by %s: %s", job.job_id, job.peer_id, describe_record(job))
+        urls = serving_urls(job, self.log)
+        if urls:
+            context["ti"].xcom_push(key=SERVING_URLS_XCOM_KEY, value=urls)
         if job.terminal:
             return self._finish()
         self.defer(

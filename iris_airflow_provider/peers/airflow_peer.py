@@ -24,7 +24,9 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
+from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.core.availability import PeerBackend
+from iris_airflow_provider.core.bundles import BundleRef, next_upload_step
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.wire import BackendSummary
 from iris_airflow_provider.peers.base import Handoff, PeerError, PeerErrorCode, SyncResult, Termination
@@ -36,6 +38,7 @@ from iris_airflow_provider.peers.wire import (
     MAX_BACKENDS,
     MAX_SYNC_DELTAS,
     BackendsResponse,
+    BundleStatus,
     ErrorBody,
     HandoffRequest,
     HandoffResponse,
@@ -54,6 +57,7 @@ CODE_OF_STATUS = {
     403: PeerErrorCode.PERMISSION_DENIED,
     404: PeerErrorCode.NOT_FOUND,
     409: PeerErrorCode.ALREADY_EXISTS,
+    412: PeerErrorCode.FAILED_PRECONDITION,
     413: PeerErrorCode.PAYLOAD_TOO_LARGE,
 }
 MAX_ERROR_MESSAGE_CHARS = 2_000  # a refusal's message is kept on the job: enough to say why
@@ -75,6 +79,7 @@ class AirflowPeer:
         delivery_timeout_seconds: float = 180.0,
         allow_insecure_http: bool = False,
         transport: httpx.BaseTransport | None = None,
+        bundles: BundleStore | None = None,
     ) -> None:
         if url.startswith("http://") and not allow_insecure_http:
             raise ValueError(
@@ -87,6 +92,7 @@ class AirflowPeer:
         self.minter = minter
         self.timeout = timeout_seconds
         self.delivery_timeout = delivery_timeout_seconds
+        self.bundles = bundles  # where the workdir bundles of jobs delivered to it are read from
         self.client = httpx.Client(transport=transport, follow_redirects=False)
 
     def _call(
@@ -180,6 +186,19 @@ class AirflowPeer:
             ) from None
 
     def deliver(self, handoff: Handoff) -> JobReport:
+        """Hand the job over. A job whose workdir is a bundle is offered first: a peer that will not
+        take it says so before any byte of the bundle is sent, one that has the bundle admits it at
+        once, and one that lacks it answers ``failed_precondition``: the bundle is uploaded (what the
+        peer does not hold yet), and the job offered again."""
+        try:
+            return self._offer(handoff)
+        except PeerError as error:
+            if handoff.spec.bundle is None or error.code is not PeerErrorCode.FAILED_PRECONDITION:
+                raise
+        self.upload_bundle(handoff.spec.bundle)
+        return self._offer(handoff)
+
+    def _offer(self, handoff: Handoff) -> JobReport:
         content = HandoffRequest.of(handoff).model_dump_json().encode()
         if len(content) > HANDOFF_BODY_LIMIT:  # the peer would refuse it: say so without sending it
             raise PeerError(
@@ -196,6 +215,37 @@ class AirflowPeer:
             timeout=self.delivery_timeout,
         )
         return body.job.to_report()
+
+    def upload_bundle(self, ref: BundleRef) -> BundleStatus:
+        """Make the peer hold the bundle ``ref``: nothing is sent when it already has it (by digest),
+        and an interrupted upload continues from the bytes the peer already has, a chunk per call."""
+        if self.bundles is None or not self.bundles.has(ref):
+            raise PeerError(
+                PeerErrorCode.UNAVAILABLE,
+                f"workdir bundle {ref.digest} is not in this cluster's bundle store (bundles.dir), so it cannot be "
+                f"sent to peer {self.peer_id}",
+            )
+        path = f"/bundles/{ref.digest}"
+        status = self._call("GET", path, BundleStatus, limit=ANSWER_LIMITS["/bundles"], params={"size": ref.size})
+        chunk_bytes = max(1, min(self.bundles.chunk_bytes, status.max_chunk_bytes))
+        while not status.complete:
+            step = next_upload_step(status.received, ref.size, chunk_bytes)
+            status = self._call(
+                "PUT",
+                path,
+                BundleStatus,
+                limit=ANSWER_LIMITS["/bundles"],
+                timeout=self.delivery_timeout,
+                params={"size": ref.size, "offset": step.offset},
+                content=self.bundles.read_chunk(ref, step.offset, step.length),
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            if not status.complete and status.received <= step.offset:
+                raise PeerError(
+                    PeerErrorCode.UNAVAILABLE,
+                    f"peer {self.peer_id} took none of a chunk of bundle {ref.digest} (holds {status.received} bytes)",
+                )
+        return status
 
     def sync(self, job_ids: list[str], cursor: str) -> SyncResult:
         body = self._call("POST", "/sync", SyncResponse, json=SyncRequest(cursor=cursor).model_dump())

@@ -20,6 +20,7 @@ class PeerErrorCode(StrEnum):
     UNAUTHENTICATED = "unauthenticated"
     UNAVAILABLE = "unavailable"
     RESOURCE_EXHAUSTED = "resource_exhausted"
+    FAILED_PRECONDITION = "failed_precondition"  # a handoff whose workdir bundle is not uploaded yet
     UNKNOWN = "unknown"
 
 

@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
 from iris_airflow_provider.core.job_ids import JobId
-from iris_airflow_provider.core.job_report import projected
+from iris_airflow_provider.core.job_report import ChildReport, projected
 from iris_airflow_provider.core.job_result import MAX_RESULT_BYTES, ResultError, parse_result
 from iris_airflow_provider.core.limits import MAX_FILES_BYTES
 from iris_airflow_provider.core.states import JobState
@@ -32,6 +32,7 @@ MiB = 2**20
 HANDOFF_BODY_LIMIT = 6 * MAX_FILES_BYTES + 4 * MiB
 SMALL_BODY_LIMIT = 64 * KiB  # /sync and /terminate: a cursor, a job id and a nonce
 BODY_LIMITS = {"/handoffs": HANDOFF_BODY_LIMIT, "/sync": SMALL_BODY_LIMIT, "/terminate": SMALL_BODY_LIMIT}
+# A bundle chunk (PUT /bundles/{digest}) is bounded by the receiving cluster's bundles.chunk_bytes.
 
 # Answers, by route: the parent stops reading a larger one and refuses it.
 MAX_BACKENDS = 256  # per heartbeat
@@ -47,6 +48,7 @@ ANSWER_LIMITS = {
     "/sync": 64 * MiB,
     "/terminate": 1 * MiB,
     "/openapi.json": 4 * MiB,
+    "/bundles": 64 * KiB,
 }
 
 
@@ -109,6 +111,7 @@ STATUS_OF = {
     PeerErrorCode.NOT_FOUND: 404,
     PeerErrorCode.ALREADY_EXISTS: 409,
     PeerErrorCode.PAYLOAD_TOO_LARGE: 413,
+    PeerErrorCode.FAILED_PRECONDITION: 412,
     PeerErrorCode.RESOURCE_EXHAUSTED: 429,
     PeerErrorCode.UNKNOWN: 500,
     PeerErrorCode.UNAVAILABLE: 503,
@@ -165,6 +168,21 @@ class ReplicaStatus(Body):
     exit_code: ExitCode | None = None
 
 
+MAX_CHILDREN = 4096  # per root in one status: a tree larger than that is reported in part
+
+
+class ChildStatus(Body):
+    """A child of a handed-off root (optional in a status: older peers send none, older parents
+    ignore it)."""
+
+    job_id: JobIdText
+    state: JobState
+    exit_code: ExitCode | None = None
+    error: str = Field(default="", max_length=MAX_ERROR_CHARS)
+    started_at_ms: EpochMs | None = None
+    finished_at_ms: EpochMs | None = None
+
+
 class JobStatus(Body):
     job_id: str
     nonce: str
@@ -179,6 +197,8 @@ class JobStatus(Body):
     # What a succeeded incarnation handed back at $IRIS_RESULT (JSON text). Optional: a peer
     # without results sends none, and an older parent ignores it.
     result: Annotated[str, Field(max_length=MAX_RESULT_BYTES)] | None = None
+    # The root's tree as it runs there: its children, theirs, and so on (None: not reported).
+    children: list[ChildStatus] | None = Field(default=None, max_length=MAX_CHILDREN)
 
     @field_validator("result")
     @classmethod
@@ -202,7 +222,21 @@ class JobStatus(Body):
         return cls.model_validate(report, from_attributes=True)
 
     def to_report(self) -> JobReport:
-        return projected(self, JobReport, replicas=tuple(projected(r, ReplicaReport) for r in self.replicas))
+        children = None if self.children is None else tuple(projected(c, ChildReport) for c in self.children)
+        return projected(
+            self, JobReport, replicas=tuple(projected(r, ReplicaReport) for r in self.replicas), children=children
+        )
+
+
+class BundleStatus(Body):
+    """Where a workdir bundle's upload to this cluster stands: ``received`` bytes of ``size``
+    (``complete``: all of them, verified), and the most one chunk may carry here."""
+
+    digest: str
+    size: int = Field(ge=0)
+    received: int = Field(ge=0)
+    complete: bool
+    max_chunk_bytes: int = Field(ge=1)
 
 
 class HandoffResponse(Body):

@@ -55,8 +55,22 @@ def job_row_document(job: JobRecord, now_ms: int) -> dict[str, Any]:
 
 
 def job_details_document(federation: Federation, job: JobRecord, now_ms: int) -> dict[str, Any]:
-    """A job with its spec, history, pending reasons and output tail."""
-    return _with_airflow_fields(job_details(federation, job, now_ms), job)
+    """A job with its spec, history, pending reasons and output tail, and while it runs here, the
+    serving URL of each of its named ports (minted now, by this cluster)."""
+    document = _with_airflow_fields(job_details(federation, job, now_ms), job)
+    document["serving_urls"] = serving_urls_of(job)
+    return document
+
+
+def serving_urls_of(job: JobRecord) -> dict[str, str]:
+    if not job.spec.get("ports") or job.terminal:
+        return {}
+    from iris_airflow_provider.hooks.serving import get_serving
+
+    try:
+        return get_serving().urls(job)
+    except (OSError, ValueError):  # no readable secret: the task log says why
+        return {}
 
 
 def cancel_document(answer: CancelAnswer, now_ms: int) -> dict[str, Any]:

@@ -7,7 +7,10 @@ only read, sync and cancel the jobs it handed off.
 
 Nothing is read before the caller is authenticated: the routes declare no body, so FastAPI does
 not read one; each route authenticates, then reads its body up to its limit (``BODY_LIMITS``:
-a handoff carries workdir files, a sync or a terminate a few ids) and parses it. The OpenAPI
+a handoff carries workdir files, a sync or a terminate a few ids) and parses it. A workdir bundle
+(``/bundles/{digest}``) arrives in chunks of at most ``bundles.chunk_bytes``, each streamed to
+disk as it is read (``backends/bundles.py``): ``GET`` says how much is here (all of it: nothing to
+send), ``PUT`` appends the next chunk, and the last one is verified against the digest. The OpenAPI
 document is served to authenticated peers only (``/openapi.json``), and there is no ``/docs``
 page. Errors are JSON ``{"code", "message"}`` with a matching HTTP status: bad input is a 400
 naming the field, an over-long body a 413, never a 500.
@@ -18,13 +21,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Header, Query, Request
+import anyio.to_thread
+from fastapi import Depends, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from iris_airflow_provider.backends.base import MalformedCursorError
+from iris_airflow_provider.backends.bundles import BundleStore, UploadConflictError
+from iris_airflow_provider.core.bundles import BundleError, BundleRef
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.peers.wire import (
@@ -32,6 +38,7 @@ from iris_airflow_provider.peers.wire import (
     MAX_LOG_LINES,
     STATUS_OF,
     BackendsResponse,
+    BundleStatus,
     ErrorBody,
     HandoffRequest,
     HandoffResponse,
@@ -159,6 +166,82 @@ def sync(request: SyncBody, peer: Caller, receiving: ReceiverDep) -> SyncRespons
 def terminate(request: TerminateBody, peer: Caller, receiving: ReceiverDep) -> JobStatus:
     """Cancel a job the caller handed off (only incarnation ``nonce``, when given); a finished one is re-reported."""
     return receiving.terminate(peer, request.job_id, request.nonce)
+
+
+def bundle_store() -> BundleStore:
+    from iris_airflow_provider.hooks.runtime import get_bundle_store
+
+    return get_bundle_store()
+
+
+Bundles = Annotated[BundleStore, Depends(bundle_store)]
+DigestPath = Annotated[str, Path(max_length=71, description="sha256:<hex> of the bundle")]
+BundleSize = Annotated[int, Query(ge=1, description="the bundle's size in bytes")]
+
+
+def _bundle(digest: str, size: int, bundles: BundleStore) -> BundleRef:
+    """The bundle named by the path and query, if this cluster takes one that large."""
+    try:
+        ref = BundleRef(digest=digest, size=size)
+    except ValidationError as error:
+        raise PeerError(PeerErrorCode.INVALID_ARGUMENT, _problems(error)) from None
+    if ref.size > bundles.max_bundle_bytes:  # not here, maybe elsewhere: the parent requeues the job
+        raise PeerError(
+            PeerErrorCode.RESOURCE_EXHAUSTED,
+            f"bundle {ref.digest} is {ref.size} bytes, more than the {bundles.max_bundle_bytes} this cluster "
+            "takes (bundles.max_bundle_bytes)",
+        )
+    return ref
+
+
+def _bundle_status(ref: BundleRef, bundles: BundleStore) -> BundleStatus:
+    received = bundles.received(ref)
+    return BundleStatus(
+        digest=ref.digest,
+        size=ref.size,
+        received=received,
+        complete=bundles.has(ref),
+        max_chunk_bytes=bundles.chunk_bytes,
+    )
+
+
+@app.get("/bundles/{digest}")
+def bundle_status(digest: DigestPath, size: BundleSize, _peer: Caller, bundles: Bundles) -> BundleStatus:
+    """How much of a workdir bundle this cluster holds (``complete``: all, nothing to send)."""
+    return _bundle_status(_bundle(digest, size, bundles), bundles)
+
+
+@app.put("/bundles/{digest}", openapi_extra={"requestBody": {"content": {"application/octet-stream": {}}}})
+async def upload_bundle_chunk(
+    digest: DigestPath,
+    size: BundleSize,
+    offset: Annotated[int, Query(ge=0, description="where the chunk starts: the bytes this cluster holds")],
+    _peer: Caller,
+    bundles: Bundles,
+    request: Request,
+) -> BundleStatus:
+    """Append the next chunk of a workdir bundle, streamed to disk; the last one is verified against
+    the digest (a mismatch discards the upload). A cut connection keeps what arrived."""
+    ref = _bundle(digest, size, bundles)
+    if bundles.has(ref):
+        return _bundle_status(ref, bundles)  # already here: nothing is read
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "a bundle chunk needs a Content-Length header")
+    length = int(declared)
+    if length > bundles.chunk_bytes:
+        raise BodyTooLargeError(f"{request.method} {request.url.path}", bundles.chunk_bytes)
+    try:
+        with bundles.upload(ref, offset, length) as upload:
+            async for chunk in request.stream():
+                upload.write(chunk)
+        if upload.received == ref.size:
+            await anyio.to_thread.run_sync(bundles.complete, ref)
+    except UploadConflictError as error:  # another writer, or a stale offset: ask again where it stands
+        raise PeerError(PeerErrorCode.UNAVAILABLE, str(error)) from None
+    except BundleError as error:  # a chunk longer than announced, or a digest mismatch (discarded)
+        raise PeerError(PeerErrorCode.UNAVAILABLE, str(error)) from None
+    return _bundle_status(ref, bundles)
 
 
 @app.get("/logs")

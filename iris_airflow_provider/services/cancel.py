@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, replace
 
 from iris_airflow_provider.core.cancel_settlement import CancelVerdict, after_cancel_answer, never_had_error
+from iris_airflow_provider.core.job_tree import orphan_reason, parent_key
 from iris_airflow_provider.peers.base import PeerError
 from iris_airflow_provider.services.ports import CancelStore
 from iris_airflow_provider.services.runners import RUN_HERE, Runners
@@ -43,8 +44,14 @@ class Cancels:
     delivery_timeout_ms: int
 
     def cancel(self, job_id: str) -> CancelOutcome:
-        """Cancel a job: before handoff it never reaches a peer; after, the peer is told (and re-told)."""
-        outcome = self.store.request_cancel(job_id, self.clock())
+        """Cancel a job and its whole tree: before handoff it never reaches a peer; after, the peer
+        is told (and re-told); its children (which run here) are told by their backends."""
+        outcomes = self.store.request_cancel_tree(job_id, self.clock())
+        for child_id, child_outcome in outcomes[1:]:
+            self._route(child_id, child_outcome)
+        return self._route(job_id, outcomes[0][1])
+
+    def _route(self, job_id: str, outcome: CancelOutcome) -> CancelOutcome:
         # A queued job has no peer to tell (not even its pin): only local jobs and handoffs that
         # may have reached a peer (``notify_peer``) are routed, as the re-drive does.
         routed = outcome.direction in RUN_HERE or bool(outcome.notify_peer)
@@ -109,6 +116,26 @@ class Cancels:
             return self.store.cancel_never_had(record, never_had_error(record.handoff_state), now)
         self.store.confirm_cancel(record.job_id, record.nonce, record.cancel_intent_version, now)
         return True
+
+    def kill_orphans(self) -> list[str]:
+        """Cancel every live child whose parent has ended, is gone or is being cancelled (a child
+        admitted just before its parent ended, or a parent that ended without a cancel); the ids."""
+        children = self.store.live_children()
+        parents = self.store.get_jobs(parent_key(child.job_id) or "" for child in children)
+        killed = []
+        for child in sorted(children, key=lambda job: job.job_id):  # parents before their children
+            key = parent_key(child.job_id) or ""
+            parent = parents.get(key)
+            reason = orphan_reason(
+                key, parent.state if parent else None, cancel_requested=bool(parent and parent.cancel_requested)
+            )
+            if reason is None or child.cancel_requested:
+                continue
+            self.store.record_event(child.job_id, "orphaned", self.clock(), reason)
+            log.info("Cancelling %s: %s", child.job_id, reason)
+            self.cancel(child.job_id)
+            killed.append(child.job_id)
+        return killed
 
     def redrive(self) -> list[str]:
         """Re-send every unconfirmed cancel; the ids of those now confirmed."""

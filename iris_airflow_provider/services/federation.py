@@ -22,8 +22,10 @@ from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
 from iris_airflow_provider.peers.base import Peer
 from iris_airflow_provider.services.cancel import Cancels
+from iris_airflow_provider.services.children import ChildJobs
 from iris_airflow_provider.services.delivery import Delivery
 from iris_airflow_provider.services.heartbeat import Heartbeats
+from iris_airflow_provider.services.job_tokens import JobTokens, renew_token_files
 from iris_airflow_provider.services.lost_peers import LostPeers
 from iris_airflow_provider.services.mirror import Mirror
 from iris_airflow_provider.services.orphans import TaskStates, task_killed
@@ -47,6 +49,7 @@ class Federation:
         peers: Mapping[str, Peer],
         clock: Callable[[], int] = now_ms,
         jitter: Callable[[], float] = random.random,
+        job_tokens: JobTokens | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -73,6 +76,7 @@ class Federation:
             heartbeats=self.heartbeats,
             clock=clock,
             apply_report=self.mirror.apply_report,
+            job_env=job_tokens.job_env if job_tokens else None,
         )
         delivery_timeout_ms = int(settings.delivery_timeout_seconds * 1000)
         self.cancels = Cancels(store, runners=runners, clock=clock, delivery_timeout_ms=delivery_timeout_ms)
@@ -120,6 +124,16 @@ class Federation:
             withdrawals=self.withdrawals,
             timeout_s=settings.heartbeat_timeout_seconds,
             retention_ms=int(config.retention_days * 86_400_000),
+            renew_job_tokens=(
+                (lambda in_flight: renew_token_files(job_tokens, in_flight, runners.backend_of)) if job_tokens else None
+            ),
+        )
+        # What a running job may do with this cluster (submit, wait for and cancel its children),
+        # authenticated by its job token: only where this cluster issues them.
+        self.children = (
+            ChildJobs(store, tokens=job_tokens, submitter=self.submitter, cancels=self.cancels, clock=clock)
+            if job_tokens
+            else None
         )
 
     @property

@@ -114,9 +114,29 @@ def job_details(federation: Federation, job: JobRecord, now_ms: int) -> dict[str
         ],
         pending_reasons=pending_reason_history(job.direction, events),
         replicas=replica_values(job.replicas),
+        children=job_tree(federation, job),
         output_tail=output_tail(federation, job),
     )
     return details
+
+
+def job_tree(federation: Federation, job: JobRecord) -> list[dict[str, Any]]:
+    """The jobs below ``job``, by id (a child before its own children): as its peer last reported
+    them for a handed-off root, else as they run here."""
+    if job.children:
+        return [
+            {"job_id": c["job_id"], "state": c["state"], "exit_code": c.get("exit_code"), "error": c.get("error", "")}
+            for c in job.children
+        ]
+    return [
+        {
+            "job_id": child.job_spec.job_id,
+            "state": child.state.value,
+            "exit_code": child.exit_code,
+            "error": child.error,
+        }
+        for child in federation.store.tree(job.job_id)
+    ]
 
 
 def output_tail(federation: Federation, job: JobRecord, lines: int = OUTPUT_TAIL_LINES) -> list[str]:

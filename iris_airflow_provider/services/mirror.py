@@ -15,6 +15,8 @@ from dataclasses import KW_ONLY, dataclass
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
 from iris_airflow_provider.core.grace import unreported_job_is_gone
+from iris_airflow_provider.core.job_report import ChildReport
+from iris_airflow_provider.core.job_tree import parent_key
 from iris_airflow_provider.core.states import Direction, HandoffState
 from iris_airflow_provider.peers.base import Peer, PeerError, SyncResult
 from iris_airflow_provider.services.fanout import each_peer
@@ -69,6 +71,10 @@ class Mirror:
                     reported.append(job.job_id)
             cursors[peer_id] = result.cursor
         changed = self.apply_reports(reports)  # every peer's reports in one transaction
+        for job, job_report in reports:  # a root's tree as it runs on the peer
+            tree = job_report.children
+            if tree is not None and job_report.nonce == job.nonce and self._mirror_children(job, tree):
+                changed.add(job.job_id)
         self.store.save_sync_cursors(cursors, self.clock())  # after the reports they cover
         reported += [job.job_id for job, _ in reports if job.job_id in changed]
         for job in local:
@@ -76,13 +82,19 @@ class Mirror:
                 reported.append(job.job_id)
         return in_flight
 
+    def _mirror_children(self, job: JobRecord, tree: Sequence[ChildReport]) -> bool:
+        return self.store.mirror_children(job.job_id, job.nonce, tree, self.clock())
+
     def _sync_local(self, job: JobRecord) -> bool:
         backend = self.runners.backend_of(job)
         if backend is None:
             return False
         job_report = backend.status(job.job_id)
         if job_report is not None:
-            return self.apply_report(job, job_report)
+            changed = self.apply_report(job, job_report)
+            if changed and parent_key(job.job_id) is not None and job_report.state != job.state:
+                self.store.note_child(job.job_id, job_report.state, job_report.exit_code, self.clock())
+            return changed
         now = self.clock()
         gone = unreported_job_is_gone(
             job.direction, ever_reported=job.reported_at_ms is not None, submitted_at_ms=job.submitted_at_ms, now_ms=now
@@ -111,6 +123,9 @@ class Mirror:
                 reader = self.log_reader(job)
                 if reader is not None:
                     self.relay(job, reader)
+                peer = self.runners.peer_of(job) if job.children else None
+                if peer is not None:  # and its children's
+                    self.relay_children(job, peer)
             current.append(job_report)
         return self.store.mirror_many(current, self.clock()) if current else set()
 
@@ -141,6 +156,7 @@ class Mirror:
         def relay_peer(peer: Peer) -> None:
             for job in by_peer[peer.peer_id]:
                 self.relay(job, _peer_reader(peer))
+                self.relay_children(job, peer)
 
         for peer_id, result in each_peer(self._peers(by_peer), relay_peer, self.timeout_s).items():
             if isinstance(result, BaseException):
@@ -157,6 +173,19 @@ class Mirror:
             return
         if chunk.lines or chunk.next_cursor != job.log_cursor:
             self.store.append_logs(job.job_id, job.nonce, chunk.lines, chunk.next_cursor, self.clock())
+
+    def relay_children(self, job: JobRecord, peer: Peer) -> None:
+        """Copy new output of a handed-off root's children into its output, each line naming its child."""
+        for child in job.children:
+            try:
+                chunk = peer.logs(child["job_id"], child.get("log_cursor", ""), LOG_LINES_PER_TICK)
+            except (PeerError, OSError, ValueError) as error:
+                log.info("Could not relay output of %s this tick: %s", child["job_id"], error)
+                continue
+            if chunk.lines or chunk.next_cursor != child.get("log_cursor", ""):
+                self.store.append_child_logs(
+                    job.job_id, job.nonce, child["job_id"], chunk.lines, chunk.next_cursor, self.clock()
+                )
 
 
 def _peer_reader(peer: Peer) -> LogReader:

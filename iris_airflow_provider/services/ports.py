@@ -11,7 +11,7 @@ from typing import Protocol
 
 from iris_airflow_provider.core.availability import PeerBackend, PeerState
 from iris_airflow_provider.core.holds import Hold
-from iris_airflow_provider.core.job_report import JobReport
+from iris_airflow_provider.core.job_report import ChildReport, JobReport
 from iris_airflow_provider.core.ledger import BackendKey
 from iris_airflow_provider.core.peer_loss import LostDecision
 from iris_airflow_provider.core.placement import Promotion
@@ -50,6 +50,14 @@ class MirrorStore(JobReads, Protocol):
 
     def save_sync_cursors(self, cursors: Mapping[str, str], now_ms: int) -> None: ...
 
+    def mirror_children(self, job_id: str, nonce: str, children: Sequence[ChildReport], now_ms: int) -> bool: ...
+
+    def append_child_logs(
+        self, job_id: str, nonce: str, child_id: str, lines: Sequence[str], cursor: str, now_ms: int
+    ) -> bool: ...
+
+    def note_child(self, child_key: str, state: JobState, exit_code: int | None, now_ms: int) -> bool: ...
+
 
 class PeerStateReads(Protocol):
     def peer_states(self) -> list[PeerState]: ...
@@ -77,6 +85,12 @@ class SubmitStore(JobReads, Protocol):
 
 class CancelStore(JobReads, Protocol):
     def request_cancel(self, job_id: str, now_ms: int) -> CancelOutcome: ...
+
+    def request_cancel_tree(self, key: str, now_ms: int) -> list[tuple[str, CancelOutcome]]: ...
+
+    def live_children(self) -> list[JobRecord]: ...
+
+    def record_event(self, job_id: str, kind: str, now_ms: int, detail: str = "") -> bool: ...
 
     def pending_cancels(self) -> list[JobRecord]: ...
 

@@ -12,14 +12,17 @@ changed (``sync``), may cancel (``terminate``) and read logs, but only for jobs 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 import sqlalchemy as sa
 
 from iris_airflow_provider.backends.base import Backend, ReplicaReport, now_ms
+from iris_airflow_provider.backends.bundles import bundle_limit
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
+from iris_airflow_provider.core.job_report import ChildReport
+from iris_airflow_provider.core.job_tree import parent_key, root_key
 from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.ownership import received_job_key, wire_job_id
 from iris_airflow_provider.core.states import Direction, JobState
@@ -27,6 +30,8 @@ from iris_airflow_provider.core.wire import BackendSummary
 from iris_airflow_provider.peers.base import PeerError, PeerErrorCode
 from iris_airflow_provider.peers.identity import submitter_admitted
 from iris_airflow_provider.peers.wire import (
+    MAX_CHILDREN,
+    MAX_ERROR_CHARS,
     SYNC_RESULTS_BUDGET,
     BackendsResponse,
     HandoffRequest,
@@ -52,10 +57,25 @@ SYNC_OVERLAP = 500
 SYNC_LIMIT = 10_000
 
 
-def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None, result: str | None = None) -> JobStatus:
+def _as_roots(changes: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Changed jobs as the roots they belong to (each once, at its newest change), oldest first."""
+    newest: dict[str, int] = {}
+    for key, seq in changes:
+        root = root_key(key)
+        newest[root] = max(seq, newest.get(root, 0))
+    return sorted(newest.items(), key=lambda item: item[1])
+
+
+def job_status(
+    job: JobRecord,
+    backends: Mapping[str, Backend] | None = None,
+    result: str | None = None,
+    tree: Sequence[JobRecord] | None = None,
+) -> JobStatus:
     """A received job as the peer API reports it to its requester (under the id the requester knows);
     with ``backends``, its replicas as the backend running it sees them; with ``result``, what it
-    handed back (as this cluster's store keeps it)."""
+    handed back (as this cluster's store keeps it); with ``tree``, the children it submitted here
+    (and theirs), which the requester mirrors as part of it."""
     replicas: tuple[ReplicaReport, ...] | None = None  # None: as last reported
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
@@ -67,7 +87,20 @@ def job_status(job: JobRecord, backends: Mapping[str, Backend] | None = None, re
         if report is not None and report.nonce == job.nonce:
             replicas = report.replicas
     report = job.report(replicas)
-    return JobStatus.of(replace(report, job_id=wire_job_id(job.peer_id, job.job_id), result=result))
+    children = None if tree is None else tuple(_child_report(job.peer_id, child) for child in tree[:MAX_CHILDREN])
+    return JobStatus.of(replace(report, job_id=wire_job_id(job.peer_id, job.job_id), result=result, children=children))
+
+
+def _child_report(requester: str, child: JobRecord) -> ChildReport:
+    error = child.error if len(child.error) <= MAX_ERROR_CHARS else child.error[: MAX_ERROR_CHARS - 6] + " [cut]"
+    return ChildReport(
+        wire_job_id(requester, child.job_id),
+        child.state,
+        child.exit_code,
+        error,
+        child.started_at_ms,
+        child.finished_at_ms,
+    )
 
 
 class Receiver:
@@ -98,6 +131,7 @@ class Receiver:
     def handoff(self, caller: str, request: HandoffRequest) -> HandoffResponse:
         spec = self._authorize(caller, request)
         backend_id = self._backend_for(spec, request.backend_id)
+        self._check_bundle(spec)
         try:
             return self._admit(caller, request, spec, backend_id)
         except sa.exc.IntegrityError:  # only (requester, nonce) can collide once the job id is judged
@@ -179,6 +213,19 @@ class Receiver:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
         return spec
 
+    def _check_bundle(self, spec: JobSpec) -> None:
+        """A job whose workdir is a bundle is admitted once the bundle is here; until then the parent
+        is told to upload it (every other check passed: the bytes are not sent in vain)."""
+        if spec.bundle is None:
+            return
+        bundles = self.config.bundle_store()
+        if not bundles.has(spec.bundle):
+            raise PeerError(
+                PeerErrorCode.FAILED_PRECONDITION,
+                f"the workdir bundle {spec.bundle.digest} of job {spec.job_id} is not here yet "
+                f"({bundles.received(spec.bundle)} of {spec.bundle.size} bytes received); upload it first",
+            )
+
     def _backend_for(self, spec: JobSpec, wanted: str) -> str:
         """The local backend the job runs on: the one placement chose, else the first that fits."""
         routing = spec.routing
@@ -198,6 +245,19 @@ class Receiver:
                 PeerErrorCode.RESOURCE_EXHAUSTED,
                 f"no backend of cluster {self.config.name} is large enough for job {spec.job_id} (needs {need})",
             )
+        if spec.bundle is not None:
+            # A backend that cannot receive the workdir bundle (no bundle store, or a smaller one than
+            # it needs) cannot run the job: another cluster may, so the parent requeues it.
+            size = spec.bundle.size
+            receiving = [b for b in fitting if bundle_limit(self.backends.get(b)) >= size]
+            if not receiving:
+                limits = ", ".join(f"{b} at most {bundle_limit(self.backends.get(b))} bytes" for b in fitting)
+                raise PeerError(
+                    PeerErrorCode.RESOURCE_EXHAUSTED,
+                    f"no backend of cluster {self.config.name} can receive job {spec.job_id}'s workdir bundle of "
+                    f"{size} bytes (bundles taken: {limits})",
+                )
+            fitting = receiving
         return wanted if wanted in fitting else fitting[0]
 
     # What the parent may ask about jobs it handed off ------------------------------------------
@@ -208,6 +268,16 @@ class Receiver:
             raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} not found")
         return job
 
+    def _in_tree_handed_by(self, caller: str, job_id: str) -> JobRecord:
+        """A job the caller handed off, or a job of such a job's tree (which runs here)."""
+        if parent_key(job_id) is None:
+            return self._handed_by(caller, job_id)
+        self._handed_by(caller, root_key(job_id))  # its root must be one the caller handed over
+        child = self.store.get_job(received_job_key(caller, job_id))
+        if child is None:
+            raise PeerError(PeerErrorCode.NOT_FOUND, f"Job {job_id} not found")
+        return child
+
     def sync(self, caller: str, cursor: str) -> SyncResponse:
         latest = self.store.latest_event_seq()
         position = int(cursor) if cursor.isdigit() else None
@@ -215,12 +285,13 @@ class Receiver:
             jobs = self.store.received_jobs(caller)
             results = self._results(jobs)
             if sum(len(result) for result in results.values()) <= SYNC_RESULTS_BUDGET:
-                deltas = [job_status(j, self.backends, results.get(j.job_id)) for j in jobs]
+                deltas = [job_status(j, self.backends, results.get(j.job_id), self.store.tree(j.job_id)) for j in jobs]
                 return SyncResponse(deltas=deltas, next_cursor=str(latest), cursor_stale=True)
             position = 0  # too many results for one answer: every change from the start, over several
         changes = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP), limit=SYNC_LIMIT)
         if len(changes) == SYNC_LIMIT:  # more than one answer holds: the parent asks again from here
             latest = changes[-1][1]
+        changes = _as_roots(changes)  # a child's change is its root's: the tree travels with the root
         records = self.store.get_jobs([job_id for job_id, _ in changes])
         results = self._results([job for job in records.values() if job.peer_id == caller])
         deltas = []
@@ -242,7 +313,7 @@ class Receiver:
                     break
             carried += len(result or "")
             new += seq > position
-            deltas.append(job_status(job, self.backends, result))
+            deltas.append(job_status(job, self.backends, result, self.store.tree(job.job_id)))
         return SyncResponse(deltas=deltas, next_cursor=str(latest))
 
     def _results(self, jobs: Iterable[JobRecord]) -> dict[str, str]:
@@ -262,7 +333,8 @@ class Receiver:
         return job_status(current, result=self._results([current]).get(current.job_id))
 
     def logs(self, caller: str, job_id: str, cursor: str, max_lines: int) -> LogsResponse:
-        job = self._handed_by(caller, job_id)
+        """Output of a job the caller handed off, or of a child in its tree."""
+        job = self._in_tree_handed_by(caller, job_id)
         backend = self.backends.get(job.backend_id)
         if backend is None:
             return LogsResponse(lines=[], next_cursor=cursor)

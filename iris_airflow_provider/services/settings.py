@@ -8,9 +8,12 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
+from iris_airflow_provider.backends.bundles import BundleSettings, BundleStore
 from iris_airflow_provider.core.names import check_name
+from iris_airflow_provider.core.serving import check_public_parent
 from iris_airflow_provider.core.strict_model import StrictModel
 from iris_airflow_provider.peers.identity import MAX_KEYS_PER_PEER
+from iris_airflow_provider.services.serving import ServingSettings
 
 
 class TrustedPeer(StrictModel):
@@ -44,11 +47,18 @@ class FederationSettings(StrictModel):
     allowed_submitters: list[str] = Field(
         default_factory=list, description='users whose jobs this cluster accepts: "*", "*@domain" or exact names'
     )
+    public_parent: str = Field(
+        default="",
+        description="the parent's public origin (https://iris.example.com): serving URLs this cluster mints go "
+        "through the parent's relay, /proxy/t/cluster=<this cluster>/<token>/<name>/",
+    )
     service_principals: dict[str, list[str]] = Field(
         default_factory=dict,
         description="the explicit submitters DAGs may name (operator submitter=), each with the glob patterns of "
         'the DAG ids allowed to use it: {"ml-platform@example.com": ["training_*", "nightly_eval"]}',
     )
+
+    _check_public_parent = field_validator("public_parent")(check_public_parent)
 
 
 class PlacementSettings(StrictModel):
@@ -91,6 +101,8 @@ class ClusterSettings(StrictModel):
     state_dir: Path | None = Field(default=None, description="default: $AIRFLOW_HOME/iris")
     placement: PlacementSettings = PlacementSettings()
     federation: FederationSettings = FederationSettings()
+    bundles: BundleSettings = BundleSettings()
+    serving: ServingSettings = ServingSettings()
     retention_days: float = Field(
         default=30,
         ge=0,
@@ -106,3 +118,7 @@ class ClusterSettings(StrictModel):
         from airflow.configuration import get_airflow_home
 
         return Path(get_airflow_home()) / "iris"
+
+    def bundle_store(self) -> BundleStore:
+        """Where this cluster keeps workdir bundles (``bundles.dir``, default ``<state_dir>/bundles``)."""
+        return self.bundles.store(self.resolved_state_dir() / "bundles")

@@ -53,6 +53,9 @@ class Submitter:
     heartbeats: Heartbeats
     clock: Callable[[], int]
     apply_report: Callable[[JobRecord, JobReport], bool]
+    # What every launched job gets to call back (its api-server's URL and a job token), by job key
+    # and nonce (services/job_tokens.py); None where this cluster issues no job tokens.
+    job_env: Callable[[str, str], Mapping[str, str]] | None = None
 
     def local_backends(self) -> list[LocalBackend]:
         described = [backend.describe() for backend in self.backends.values()]
@@ -141,7 +144,8 @@ class Submitter:
     def start_local(self, record: JobRecord, spec: JobSpec) -> None:
         """Hand ``record`` to its local backend and mirror the first report."""
         backend = self.backends[record.backend_id]
-        submission = Submission(record.job_id, record.nonce, spec, record.peer_id, record.submitted_at_ms)
+        job_env = self.job_env(record.job_id, record.nonce) if self.job_env else {}
+        submission = Submission(record.job_id, record.nonce, spec, record.peer_id, record.submitted_at_ms, job_env)
         try:
             report = backend.submit(submission).report
         except (SubmissionRefusedError, AlreadyExistsError) as error:

@@ -24,6 +24,7 @@ from iris_airflow_provider.services.placement import Placement
 from iris_airflow_provider.services.ports import ServiceStore
 from iris_airflow_provider.services.retention import prune_finished
 from iris_airflow_provider.services.withdrawals import Withdrawals
+from iris_airflow_provider.store.records import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class TickReport:
     withdrawn: list[str] = field(default_factory=list)  # taken back from a peer that did not start them
     reported: list[str] = field(default_factory=list)  # jobs whose state changed from a report
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
+    orphaned: list[str] = field(default_factory=list)  # children cancelled because their parent ended
     pruned: list[str] = field(default_factory=list)  # finished jobs past the retention, deleted
     pending: int = 0
     duration_ms: int = 0
@@ -76,6 +78,7 @@ class TickReport:
             "withdrawn",
             "reported",
             "cancelled",
+            "orphaned",
             "pruned",
         )
         for name in names:
@@ -99,6 +102,8 @@ class Tick:
     withdrawals: Withdrawals
     timeout_s: float  # for peers asked about abandoned incarnations
     retention_ms: int = 0  # finished jobs older than this are pruned (0: never)
+    # Rewrites the tokens of live jobs whose backend keeps them in a file (services/job_tokens.py).
+    renew_job_tokens: Callable[[list[JobRecord]], int] | None = None
 
     def run(self, task_states: TaskStates | None = None) -> TickReport:
         """One pass of each step, under the tick lease: however ticks are started (the schedule, a
@@ -147,6 +152,9 @@ class Tick:
         report.requeued += delivered.requeued
         self._renew(holder, "sync")
         in_flight = self.mirror.sync(report.reported)
+        report.orphaned += self.cancels.kill_orphans()
+        if self.renew_job_tokens is not None:
+            self.renew_job_tokens(in_flight)
         self._renew(holder, "withdrawals")
         report.withdrawn += self.withdrawals.withdraw()
         self.mirror.relay_logs(in_flight)

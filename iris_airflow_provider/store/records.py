@@ -61,6 +61,7 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "state": JobState,
     "handoff_state": lambda value: HandoffState(value) if value else None,
     "avoided_peers": lambda value: value or {},
+    "children": lambda value: tuple(value or ()),
     "replicas": lambda value: tuple(
         ReplicaReport(r["index"], JobState(r["state"]), r.get("exit_code")) for r in value or ()
     ),
@@ -139,6 +140,8 @@ class JobRecord:
     handed_off_at_ms: int | None = None
     withdraw_reason: str = ""
     placement: str | None = None  # what placement reads of the spec (core/placement_projection.py)
+    # A handed-off root's children as its peer last reported them (store/trees.py): JSON objects.
+    children: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:

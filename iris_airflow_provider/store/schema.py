@@ -94,6 +94,9 @@ jobs = sa.Table(
     sa.Column("origin_map_index", sa.Integer, nullable=True),
     # Each replica as its runner last reported it: [{"index", "state", "exit_code"}].
     sa.Column("replicas", Json, nullable=False, server_default=sa.text("'[]'")),
+    # A handed-off root's children as its peer last reported them (a tree runs on one cluster):
+    # [{"job_id", "state", "exit_code", "error", "started_at_ms", "finished_at_ms", "log_cursor"}].
+    sa.Column("children", Json, nullable=False, server_default=sa.text("'[]'")),
     sa.CheckConstraint(_in("direction", DIRECTIONS), name="direction"),
     sa.CheckConstraint(_in("state", JOB_STATES), name="state"),
     sa.CheckConstraint(

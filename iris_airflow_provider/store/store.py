@@ -25,7 +25,8 @@ still queued, uncancelled and not terminal, and a cancel racing it always wins.
 - :mod:`.feed`: what peers read (received jobs and changes) and sync cursors;
 - :mod:`.leases`: named expiring locks;
 - :mod:`.retention`: pruning finished jobs past the retention;
-- :mod:`.seen_tokens`: peer tokens already used here (single use).
+- :mod:`.seen_tokens`: peer tokens already used here (single use);
+- :mod:`.trees`: children admitted under a live parent, whole trees cancelled.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from iris_airflow_provider.store.reservations import Reservations
 from iris_airflow_provider.store.results import Results
 from iris_airflow_provider.store.retention import Retention
 from iris_airflow_provider.store.seen_tokens import SeenTokens, TokenUse
+from iris_airflow_provider.store.trees import Trees
 
 __all__ = ["AbandonedHandoff", "Admission", "FederationStore", "RequeueOutcome", "TokenUse", "request_cancel"]
 
@@ -73,6 +75,7 @@ class FederationStore(
     Leases,
     Retention,
     SeenTokens,
+    Trees,
 ):
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> FederationStore:

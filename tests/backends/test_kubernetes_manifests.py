@@ -154,3 +154,15 @@ def test_a_pod_templates_node_selector_joins_the_slices_labels_which_win() -> No
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
         topology: "2x2x2",
     }
+
+
+def test_named_ports_are_container_ports_the_job_reads_from_its_env() -> None:
+    spec = parse_job({"job_id": "/alice/serve", "command": "serve", "ports": [{"name": "http"}, {"name": "metrics"}]})
+    template = JobTemplate(backend_id="default", image="busybox:1.36")
+    job = template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement(), "iris")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    numbers = [p["containerPort"] for p in container["ports"]]
+    env = container_env(job)
+    assert [env["IRIS_PORT_HTTP"], env["IRIS_PORT_METRICS"]] == [str(n) for n in numbers]
+    assert len(set(numbers)) == 2 and 29500 not in numbers
+    assert "ports" not in manifest(1)["spec"]["template"]["spec"]["containers"][0]

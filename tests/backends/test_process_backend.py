@@ -571,3 +571,29 @@ def test_a_run_evicted_back_to_the_queue_leaves_no_result_for_the_next_run(state
     report = wait_state(backend, "/a/batch", JobState.SUCCEEDED)
     assert json.loads(status_file(state_dir, "/a/batch").read_text())["attempts"] == 2
     assert report.result is None
+
+
+def test_each_named_port_gets_a_free_loopback_port_per_replica_and_replica_0s_is_served(state_dir: Path) -> None:
+    backend = gpu_backend(state_dir, 2)
+    spec = parse_job(
+        {
+            "job_id": "/alice/serve",
+            "command": 'echo "http=$IRIS_PORT_HTTP metrics=$IRIS_PORT_METRICS"; sleep 30',
+            "resources": {"replicas": 2},
+            "ports": [{"name": "http"}, {"name": "metrics"}],
+        }
+    )
+    submit(backend, spec, nonce="n7")
+    lines = wait_for(
+        lambda: sorted(log_lines(backend, "/alice/serve")) if len(log_lines(backend, "/alice/serve")) == 2 else None,
+        "both replicas' ports",
+    )
+    ports = [dict(part.split("=") for part in line.split("] ", 1)[1].split()) for line in lines]
+    numbers = [int(p[name]) for p in ports for name in ("http", "metrics")]
+    assert len(set(numbers)) == 4 and all(n > 0 for n in numbers)
+    served = backend.served_port("/alice/serve", "http")
+    assert served is not None and (served.host, served.port, served.nonce) == ("127.0.0.1", int(ports[0]["http"]), "n7")
+    assert backend.served_port("/alice/serve", "admin") is None
+    assert backend.cancel("/alice/serve")
+    wait_state(backend, "/alice/serve", JobState.KILLED)
+    assert backend.served_port("/alice/serve", "http") is None

@@ -400,7 +400,7 @@ class TestBadInput:
     def test_an_unknown_field_lists_the_accepted_fields(self):
         found = problems({"job_id": "/a/b", "gpus": 8, "resource": {}})
         assert found == {
-            "": "unknown field(s) gpus, resource; accepted: job_id, command, image, env, files, resources, "
+            "": "unknown field(s) gpus, resource; accepted: job_id, command, image, env, files, bundle, resources, "
             "constraints, regions, priority_band, prefer, target_cluster, parent_job_id, scheduling_deadline_ms, "
             "on_peer_lost, start_timeout_seconds"
         }

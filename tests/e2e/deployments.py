@@ -41,14 +41,15 @@ def deployment_pair(
     parent_env: Mapping[str, str] | None = None,
     parent_options: Mapping[str, Any] | None = None,
     peer_options: Mapping[str, Any] | None = None,
+    parent_port: int | None = None,
 ) -> Iterator[DeploymentPair]:
     """Run a parent and a peer on scratch databases ``<databases>_{parent,peer}_{meta,store}``.
 
     Each lives in ``root/parent`` or ``root/peer`` with the cluster file ``root/parent.yaml`` or
     ``root/peer.yaml`` (written by the caller); the peer serves on ``peer_port`` (which the caller's
-    proxy forwards to), the parent on a free port. The peer starts first, and the pair is yielded once
-    the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both are stopped, parent
-    first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``. ``extra_env`` goes to
+    proxy forwards to), the parent on ``parent_port`` or a free port. The peer starts first, and the
+    pair is yielded once the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both
+    are stopped, parent first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``. ``extra_env`` goes to
     both, ``parent_env`` to the parent alone (its connections, say). ``parent_options`` and
     ``peer_options`` give more :class:`AirflowDeployment` fields (its executor, how many instances
     of each component).
@@ -62,7 +63,7 @@ def deployment_pair(
     ):
         parent = AirflowDeployment(
             home=root / "parent",
-            port=free_port(),
+            port=parent_port or free_port(),
             metadata_url=parent_meta,
             store_url=parent_store_url,
             cluster_config=root / "parent.yaml",

@@ -169,7 +169,14 @@ def operations(peer: AirflowDeployment) -> list[tuple[str, str, list[str], bool]
         for method, operation in methods.items():
             names = [p["name"] for p in operation.get("parameters", []) if p["in"] == "query"]
             found.append((method.upper(), path, names, "requestBody" in operation))
-    assert {path for _, path, _, _ in found} == {"/backends", "/handoffs", "/sync", "/terminate", "/logs"}
+    assert {path for _, path, _, _ in found} == {
+        "/backends",
+        "/handoffs",
+        "/sync",
+        "/terminate",
+        "/logs",
+        "/bundles/{digest}",
+    }
     return found
 
 

@@ -10,6 +10,9 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import DAG
 
+from iris_airflow_provider.backends.bundles import BundleStore
+from iris_airflow_provider.core.limits import MAX_FILES_BYTES
+from iris_airflow_provider.operators import federated
 from iris_airflow_provider.operators.federated import IrisFederatedOperator
 
 
@@ -49,6 +52,42 @@ def test_a_workdir_beside_the_dag_file_travels_and_the_jobs_own_files_win(tmp_pa
         tmp_path, job={"command": "sh run.sh", "files": {"params.txt": "lr=0.2\n"}}, workdir="code"
     )
     assert task.job_spec(context).files == {"params.txt": "lr=0.2\n", "run.sh": "echo from the workdir\n"}
+
+
+def test_a_workdir_over_the_inline_limits_travels_as_one_bundle_with_the_jobs_own_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = tmp_path / "dags" / "code"
+    code.mkdir(parents=True)
+    (code / "run.sh").write_text("echo from the workdir\n")
+    (code / "params.txt").write_text("lr=0.1\n")
+    (code / "weights.bin").write_bytes(b"\x01" * (MAX_FILES_BYTES + 1))  # one byte too many for files
+    store = BundleStore(tmp_path / "bundles")
+    monkeypatch.setattr(federated, "get_bundle_store", lambda conn_id=None: store)
+    task, context = operator(
+        tmp_path, job={"command": "sh run.sh", "files": {"params.txt": "lr=0.2\n"}}, workdir="code"
+    )
+    spec = task.job_spec(context)
+    assert spec.files == {} and spec.bundle is not None and store.has(spec.bundle)
+    assert task.job_spec(context).bundle == spec.bundle  # packed again (a retry): the same bundle
+    workdir = tmp_path / "unpacked"
+    workdir.mkdir()
+    store.unpack(spec.bundle, workdir)
+    assert (workdir / "params.txt").read_text() == "lr=0.2\n"  # the job's own files win
+    assert (workdir / "weights.bin").stat().st_size == MAX_FILES_BYTES + 1
+
+    # A bundle named by hand must be one this cluster holds.
+    task, context = operator(tmp_path, job={"command": "true", "bundle": {"digest": "sha256:" + "0" * 64, "size": 9}})
+    with pytest.raises(AirflowFailException, match=r"job\.bundle: sha256:0{64} \(9 bytes\) is not in this cluster"):
+        task.job_spec(context)
+    task, context = operator(tmp_path, job={"command": "true", "bundle": spec.bundle.model_dump()})
+    assert task.job_spec(context).bundle == spec.bundle
+
+    # A bad job fails before its workdir is packed.
+    task, context = operator(tmp_path, job={"command": "true", "priority_band": "urgent"}, workdir="code")
+    with pytest.raises(AirflowFailException, match=r"job\.priority_band"):
+        task.job_spec(context)
+    assert len(list((tmp_path / "bundles" / "sha256").iterdir())) == 1
 
 
 def test_a_workdir_that_cannot_travel_fails_the_task_naming_it(tmp_path: Path) -> None:

@@ -248,7 +248,7 @@ async def test_there_is_no_docs_page(peer: Peer, path: str) -> None:
 async def test_the_openapi_document_is_for_authenticated_peers_only(peer: Peer) -> None:
     refusal(await call("GET", "/openapi.json"), 401, "unauthenticated")
     document = (await call("GET", "/openapi.json", marin_token())).json()
-    assert set(document["paths"]) == {"/backends", "/handoffs", "/sync", "/terminate", "/logs"}
+    assert set(document["paths"]) == {"/backends", "/handoffs", "/sync", "/terminate", "/logs", "/bundles/{digest}"}
     # Bodies are read by the routes themselves, yet documented as if declared.
     body = document["paths"]["/handoffs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert {"job_id", "nonce", "requester", "spec"} <= set(body["required"])

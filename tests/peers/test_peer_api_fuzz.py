@@ -12,12 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from iris_airflow_provider.backends.bundles import BundleStore
+from iris_airflow_provider.hooks import runtime
 from iris_airflow_provider.peers.wire import STATUS_OF
 from iris_airflow_provider.plugins.peer_api import app
 from tests.peers.conftest import bearer, marin_token
@@ -89,8 +92,10 @@ log_cursors = st.sampled_from(["", "{}", '{"0": 0}', '{"0": -1}', "[]", "null", 
 
 
 @pytest.fixture
-def client(peer_on_each_store: Peer) -> Iterator[TestClient]:
+def client(peer_on_each_store: Peer, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     peer = peer_on_each_store
+    bundles = BundleStore(peer.federation.config.bundle_store().directory, max_bundle_bytes=4096, chunk_bytes=100)
+    monkeypatch.setattr(runtime, "get_bundle_store", lambda conn_id=None: bundles)
     peer.handoff()  # one real job of marin's, whose logs the cursors are tried on
     peer.wait_until_finished()
     peer.federation.start_received = lambda job_id, nonce: peer.store.get_job(job_id)  # type: ignore[method-assign]
@@ -153,6 +158,28 @@ def test_any_logs_parameters_are_a_200_or_a_4xx(
     client: TestClient, params: dict[str, str], extra: dict[str, str]
 ) -> None:
     check(client.get("/logs", params={**extra, **params}, headers=bearer(marin_token())))
+
+
+@FUZZ
+@given(
+    method=st.sampled_from(["GET", "PUT"]),
+    digest=st.sampled_from(["sha256:" + "ab" * 32, "sha256:" + "AB" * 32, "md5:00", ""]) | text,
+    params=st.fixed_dictionaries(
+        {}, optional={"size": st.integers(-5, 5000).map(str) | text, "offset": st.integers(-5, 200).map(str) | text}
+    ),
+    body=raw_bodies,
+)
+def test_any_bundle_call_is_a_200_a_4xx_or_a_503_to_send_again(
+    client: TestClient, method: str, digest: str, params: dict[str, str], body: bytes
+) -> None:
+    path = f"/bundles/{quote(digest, safe='')}"
+    response = client.request(method, path, params=params, content=body, headers=bearer(marin_token()))
+    if response.status_code == 503:  # another writer, a stale offset, or bytes not of the digest: send again
+        assert response.json()["code"] == "unavailable", response.text
+        return
+    if response.status_code == 404 and "/" in digest:  # no such route: Starlette's own answer
+        return
+    check(response)
 
 
 @FUZZ

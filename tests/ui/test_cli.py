@@ -151,6 +151,21 @@ def test_describe_and_explain_a_queued_job(cli):
     assert "No reachable backend can ever hold it" in out and "cw-h100/default with 8 in total" in out
 
 
+def test_describe_shows_a_jobs_tree(cli, federation):
+    from iris_airflow_provider.core.model import parse_job
+    from iris_airflow_provider.core.states import Direction
+    from iris_airflow_provider.store.records import NewIncarnation
+
+    parent = federation.store.get_job(CLEANUP)
+    child = NewIncarnation(parse_job({"job_id": f"{CLEANUP}/shard-0"}), Direction.LOCAL, "script")
+    federation.store.admit_child(child, CLEANUP, parent.nonce, 1)
+    code, out = cli("describe", CLEANUP)
+    assert code == 0 and "Children (its tree runs on one cluster):" in out
+    assert next(row for row in table_rows(out) if row[0] == f"{CLEANUP}/shard-0")[1] == "pending"
+    code, out = cli("describe", CLEANUP, "-o", "json")
+    assert [c["job_id"] for c in json.loads(out)["children"]] == [f"{CLEANUP}/shard-0"]
+
+
 def test_cancel_then_cancel_again_exits_1(cli, federation):
     code, out = cli("cancel", TRAIN, "-o", "plain")
     assert code == 0

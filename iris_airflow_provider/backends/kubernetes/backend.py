@@ -34,6 +34,7 @@ from iris_airflow_provider.backends.base import (
     InsufficientCapacityError,
     JobReport,
     LogChunk,
+    ServedPort,
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
@@ -75,6 +76,7 @@ from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import ResultError
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.serving import port_env_name
 from iris_airflow_provider.core.states import JobState
 
 if TYPE_CHECKING:
@@ -136,6 +138,7 @@ class KubernetesBackend:
         self.env = dict(env or {})
         self.files_in = files_in
         self.max_files_bytes = max_files_bytes
+        self.max_bundle_bytes = 0  # no bundle store (yet): no workdir bundle can reach its pods
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
         # Where workdir bundles go for the pods to fetch (gcs_bundles.py); none: this backend takes none.
         self.bundle_store = GcsBundleStore(bundle_store, bundle_gcp_conn_id) if bundle_store else None
@@ -262,6 +265,14 @@ class KubernetesBackend:
         if not (spec.image or self.image):
             raise SubmissionRefusedError(
                 f"job {spec.job_id} names no image and backend {self.backend_id} has no default image"
+            )
+        if spec.bundle is not None:
+            # Not here, maybe on another cluster: the parent requeues it (a bundle store, such as
+            # gs://, would be a BundleSource this backend's pods read through an init container).
+            raise InsufficientCapacityError(
+                f"job {spec.job_id} carries a workdir bundle of {spec.bundle.size} bytes; backend {self.backend_id} "
+                f"has no bundle store and passes workdir files only in a {self.files_in} of at most "
+                f"{self.max_files_bytes} bytes (max_files_bytes)"
             )
         total = sum(len(file_bytes(content)) for content in spec.files.values())
         if total > self.max_files_bytes:
@@ -403,6 +414,25 @@ class KubernetesBackend:
                 if not reader.take(pod, data):
                     break
             return reader.chunk()
+
+    def served_port(self, job_id: str, port_name: str) -> ServedPort | None:
+        """Replica 0's pod IP and the container port its env gives ``port_name`` (``IRIS_PORT_<NAME>``),
+        while that pod runs: the api-server must reach pod IPs (it runs in the cluster, or routes to
+        its pod network)."""
+        with self.api.guard(f"finding where job {job_id} serves {port_name}"):
+            job = self._our_job(job_id)
+            if job is None or finished(job):
+                return None
+            pod = latest_pod_per_index(self._pods(job)).get(0)
+            if pod is None or pod.status is None or pod.status.phase != "Running" or not pod.status.pod_ip:
+                return None
+            wanted = port_env_name(port_name)
+            for container in pod.spec.containers or ():
+                for variable in container.env or ():
+                    if container.name == CONTAINER and variable.name == wanted and (variable.value or "").isdigit():
+                        nonce = (job.metadata.annotations or {}).get(NONCE_ANNOTATION, "")
+                        return ServedPort(pod.status.pod_ip, int(variable.value), nonce)
+        return None
 
     def _our_job(self, job_id: str) -> Any:
         """The Job of ``job_id``, or None: none by that name, or one by that name that is not ours."""

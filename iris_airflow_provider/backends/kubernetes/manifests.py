@@ -48,6 +48,7 @@ from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import RESULT_ENV
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.serving import port_env
 from iris_airflow_provider.core.tpu import TPU_RESOURCE, TpuSlice, tpu_slice
 
 LABEL_PREFIX = "iris.marin.community/"
@@ -67,6 +68,9 @@ BUNDLE_CONTAINER = "bundle"  # the init container that fetches a workdir bundle 
 WORKDIR = "/iris/workdir"
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_NAME = re.compile(r"[^a-z0-9]+")
+
+
+SERVING_PORT_BASE = 8000
 
 
 def job_name(job_id: str) -> str:
@@ -107,6 +111,12 @@ def pod_hostname(name: str, nonce: str, index: int) -> str:
 def coordinator_host(name: str, nonce: str, replicas: int) -> str:
     """Where replica 0 is reached; a job of one pod is its own coordinator."""
     return pod_hostname(name, nonce, 0) if replicas > 1 else "127.0.0.1"
+
+
+def serving_ports(spec: JobSpec) -> list[int]:
+    """The container port of each of the job's named ports, in order: the pod has its own network,
+    so fixed numbers from ``SERVING_PORT_BASE`` never collide (and stay clear of the coordinator's)."""
+    return [SERVING_PORT_BASE + index for index in range(len(spec.ports))]
 
 
 def job_slice(spec: JobSpec) -> TpuSlice | None:
@@ -185,6 +195,8 @@ class JobTemplate:
         }
         if spec.command:
             container["command"] = wrapped_command(spec.command)
+        if spec.ports:
+            container["ports"] = [{"containerPort": number, "protocol": "TCP"} for number in serving_ports(spec)]
         # Where the job writes its result ($IRIS_RESULT): writable whatever the image.
         volumes: list[dict[str, Any]] = [{"name": RESULT_VOLUME, "emptyDir": {}}]
         container["volumeMounts"] = [{"name": RESULT_VOLUME, "mountPath": RESULT_DIR}]
@@ -255,6 +267,7 @@ class JobTemplate:
         values.update(job_identity_env(spec.job_id, submission.nonce, pods, self.backend_id))
         values.update(rendezvous_env(host, self.coordinator_port, pods))
         values[RESULT_ENV] = RESULT_PATH
+        values.update(port_env(dict(zip((port.name for port in spec.ports), serving_ports(spec), strict=True))))
         if placement.variant:
             values["IRIS_DEVICE_VARIANT"] = placement.variant
         ranks = list(RANK_ENV)
@@ -265,6 +278,7 @@ class JobTemplate:
             values["TPU_WORKER_HOSTNAMES"] = ",".join(hosts)
             ranks.append("TPU_WORKER_ID")
         values.update(spec.env)
+        values.update(submission.job_env)  # IRIS_FEDERATION_URL and the job's token (renewed by a call)
         env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
         field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
         env += [

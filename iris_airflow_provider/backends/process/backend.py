@@ -25,11 +25,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from iris_airflow_provider.backends.base import (
+    JOB_TOKEN_ENV,
+    JOB_TOKEN_FILE_ENV,
     RANK_ENV,
     AlreadyExistsError,
     InsufficientCapacityError,
     JobReport,
     LogChunk,
+    ServedPort,
     Submission,
     SubmissionRefusedError,
     SubmitOutcome,
@@ -39,6 +42,7 @@ from iris_airflow_provider.backends.base import (
     read_result_file,
     rendezvous_env,
 )
+from iris_airflow_provider.backends.bundles import BundleSource
 from iris_airflow_provider.backends.process import processes
 from iris_airflow_provider.backends.process.logs import read_logs
 from iris_airflow_provider.backends.process.report import job_report
@@ -57,7 +61,9 @@ from iris_airflow_provider.backends.process.state import (
     StateDir,
     StatusFile,
     job_directory_name,
+    read_job_token,
     result_file_name,
+    write_job_token,
     write_result,
 )
 from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
@@ -67,6 +73,7 @@ from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, p
 from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import RESULT_ENV, ResultError
 from iris_airflow_provider.core.model import JobSpec
+from iris_airflow_provider.core.serving import port_env
 
 SUPERVISOR_START_GRACE_MS = 30_000
 KILL_GRACE_SECONDS = 10
@@ -85,6 +92,7 @@ class ProcessBackend:
         attributes: Mapping[str, Sequence[str]] | None = None,
         max_running_jobs: int | None = None,
         env: Mapping[str, str] | None = None,
+        bundles: BundleSource | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.backend_id = backend_id
@@ -94,11 +102,16 @@ class ProcessBackend:
         self.attributes = {k: list(v) for k, v in (attributes or {}).items()}
         self.max_running_jobs = max_running_jobs
         self.env = dict(env or {})
+        self.bundles = bundles  # where it unpacks jobs' workdir bundles from (none: it takes no bundle)
         self.clock = clock
         self.store = StateDir(self.state_dir)
         self.jobs_dir = self.store.jobs_dir
         # The supervisor rebuilds this backend from here to start queued work when it exits.
         self.store.write_settings(self.settings())
+
+    @property
+    def max_bundle_bytes(self) -> int:
+        return self.bundles.max_bundle_bytes if self.bundles is not None else 0
 
     def settings(self) -> BackendSettings:
         return BackendSettings(
@@ -177,13 +190,40 @@ class ProcessBackend:
                 submitted_at_ms=submission.submitted_at_ms,
                 spec=submission.spec.model_dump(mode="json"),
                 need=need,
+                job_env={k: v for k, v in submission.job_env.items() if k != JOB_TOKEN_ENV},
             )
             files = {path: file_bytes(content) for path, content in submission.spec.files.items()}
             # Built aside and moved into place whole (the finished incarnation retired only then):
             # a failure writing it leaves the id as it was.
-            self.store.create(record, StatusFile.queued(self.clock()), files, replacing=existing)
+            job = self.store.create(
+                record,
+                StatusFile.queued(self.clock()),
+                files,
+                replacing=existing,
+                unpack=self._bundle_unpacker(submission.spec),
+            )
+            token = submission.job_env.get(JOB_TOKEN_ENV)
+            if token:  # before any replica can start and read it
+                write_job_token(job.directory, token)
             self._schedule()
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
+
+    def _bundle_unpacker(self, spec: JobSpec) -> Callable[[Path], None] | None:
+        """What writes the job's bundle into its new workdir. InsufficientCapacityError when this
+        backend takes no bundle that large (another cluster may), SubmissionRefusedError when the
+        bundle is not in its store."""
+        bundle = spec.bundle
+        if bundle is None:
+            return None
+        if self.bundles is None or bundle.size > self.bundles.max_bundle_bytes:
+            raise InsufficientCapacityError(
+                f"job {spec.job_id} carries a workdir bundle of {bundle.size} bytes; backend {self.backend_id} "
+                f"takes bundles of at most {self.max_bundle_bytes} bytes"
+            )
+        if not self.bundles.has(bundle):
+            raise SubmissionRefusedError(f"job {spec.job_id}: its workdir bundle {bundle.digest} is not here")
+        bundles = self.bundles
+        return lambda workdir: bundles.unpack(bundle, workdir)
 
     def status(self, job_id: str) -> JobReport | None:
         with self.store.locked():
@@ -219,6 +259,16 @@ class ProcessBackend:
                 processes.signal_group(job.status.pgid, signal.SIGTERM)
             return True
 
+    def write_job_token(self, job_id: str, nonce: str, token: str) -> bool:
+        """Rewrite the token of incarnation ``nonce`` (its replicas read the file, $IRIS_JOB_TOKEN_FILE);
+        False when that incarnation is not here or has finished."""
+        with self.store.locked():
+            job = self.store.load(job_id)
+            if job is None or job.record.nonce != nonce or job.state in FINISHED:
+                return False
+            write_job_token(job.directory, token)
+            return True
+
     def logs(self, job_id: str, cursor: str = "", max_lines: int = 1000) -> LogChunk:
         job = self.store.load(job_id)
         if job is None:
@@ -227,8 +277,22 @@ class ProcessBackend:
         finished = job.state in FINISHED
         return read_logs(job.directory, job.record.replicas, finished=finished, cursor=cursor, max_lines=max_lines)
 
+    def served_port(self, job_id: str, port_name: str) -> ServedPort | None:
+        """Where replica 0 of ``job_id``'s current run serves ``port_name`` (on loopback), and which
+        incarnation that run is; None unless the job is running here with that port."""
+        job = self.store.load(job_id)
+        if job is None or job.state not in (STARTING, RUNNING) or not job.status.ports:
+            return None
+        number = job.status.ports[0].get(port_name)
+        return None if number is None else ServedPort("127.0.0.1", number, job.record.nonce)
+
     def environment(
-        self, job: JobFile, replica: int, devices: Mapping[str, list[int]], coordinator_port: int
+        self,
+        job: JobFile,
+        replica: int,
+        devices: Mapping[str, list[int]],
+        coordinator_port: int,
+        ports: Mapping[str, int] | None = None,
     ) -> dict[str, str]:
         """A replica's environment: a clean base, the backend's defaults, the rendezvous on loopback
         (replica 0 listens on ``coordinator_port``, one the supervisor found free for this run), the
@@ -245,6 +309,12 @@ class ProcessBackend:
         env["IRIS_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
         env["IRIS_REPLICA_INDEX"] = str(replica)
         env[RESULT_ENV] = str(self._directory(job.job_id) / result_file_name(replica))
+        if job.job_env:  # its way back to this cluster: the URL, and a token renewed in a file
+            env.update(job.job_env)
+            token_file, token = read_job_token(self._directory(job.job_id))
+            env[JOB_TOKEN_FILE_ENV] = str(token_file)
+            env[JOB_TOKEN_ENV] = token
+        env.update(port_env(dict(ports or {})))  # IRIS_PORT_<NAME>: this replica's own, free on loopback
         per_replica = job.devices_per_replica
         if self.device_type == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # unset would mean every GPU of the machine
@@ -405,6 +475,13 @@ class ProcessBackend:
         status.error = status.exit_codes = status.finished_at_ms = None
         status.pid = status.pgid = status.pid_start = status.preempted_at_ms = None
         status.boot_id = processes.boot_id()
+        # Each replica its own numbers (they share the machine); replica 0's are the ones served.
+        names = job.record.port_names
+        status.ports = (
+            [{name: processes.free_loopback_port() for name in names} for _ in range(job.record.replicas)]
+            if names
+            else None
+        )
         self.store.save_status(job)
         # A run evicted back to the queue may have left results: this run hands back only its own.
         for left in job.directory.glob(result_file_name("*")):

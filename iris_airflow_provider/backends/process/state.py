@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
@@ -80,6 +80,8 @@ class JobFile:
     submitted_at_ms: int
     spec: dict[str, Any]
     need: dict[str, int]  # device slots per variant, for all replicas together
+    # IRIS_FEDERATION_URL (no token: that lives in JOB_TOKEN_FILE, rewritten while the job runs).
+    job_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def replicas(self) -> int:
@@ -97,6 +99,10 @@ class JobFile:
     def env(self) -> dict[str, str]:
         return dict(self.spec.get("env") or {})
 
+    @property
+    def port_names(self) -> list[str]:
+        return [str(port["name"]) for port in self.spec.get("ports") or ()]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -106,6 +112,7 @@ class JobFile:
             "submitted_at_ms": self.submitted_at_ms,
             "spec": self.spec,
             "need": self.need,
+            "job_env": self.job_env,
         }
 
     @classmethod
@@ -120,6 +127,7 @@ class JobFile:
             submitted_at_ms=int(data["submitted_at_ms"]),
             spec=dict(data["spec"]),
             need={str(v): int(n) for v, n in (data.get("need") or {}).items()},
+            job_env={str(k): str(v) for k, v in (data.get("job_env") or {}).items()},
         )
 
 
@@ -144,6 +152,7 @@ class StatusFile:
     exit_codes: list[int | None] | None = None
     failed_replica: int | None = None  # the replica whose failure ended the run
     finished_at_ms: int | None = None
+    ports: list[dict[str, int]] | None = None  # per replica, the loopback port of each named port of this run
 
     @classmethod
     def queued(cls, now_ms: int, *, attempts: int = 0, preemptions: int | None = None) -> StatusFile:
@@ -178,6 +187,9 @@ class StatusFile:
             error=None if data.get("error") is None else str(data["error"]),
             boot_id=None if data.get("boot_id") is None else str(data["boot_id"]),
             exit_codes=None if codes is None else [None if c is None else int(c) for c in codes],
+            ports=None
+            if data.get("ports") is None
+            else [{str(name): int(number) for name, number in replica.items()} for replica in data["ports"]],
             **{name: None if data.get(name) is None else int(data[name]) for name in ints},
         )
 
@@ -254,7 +266,13 @@ class StateDir:
         return [job for job in loaded if job is not None]
 
     def create(
-        self, record: JobFile, status: StatusFile, files: Mapping[str, bytes], *, replacing: Job | None = None
+        self,
+        record: JobFile,
+        status: StatusFile,
+        files: Mapping[str, bytes],
+        *,
+        replacing: Job | None = None,
+        unpack: Callable[[Path], None] | None = None,
     ) -> Job:
         """A new job's directory: its workdir files, ``job.json`` and ``status.json``, built aside in
         ``staging/`` and moved into place whole, after retiring ``replacing`` (a finished
@@ -266,6 +284,8 @@ class StateDir:
         try:
             workdir = staging / "workdir"
             workdir.mkdir(parents=True)
+            if unpack is not None:  # the job's workdir bundle
+                unpack(workdir)
             for path, content in files.items():
                 target = workdir / path
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +330,27 @@ def job_directory_name(job_id: str) -> str:
     readable = job_id.strip("/").replace("/", "__")[:80]
     digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
     return f"{readable}-{digest}"
+
+
+JOB_TOKEN_FILE = "job-token"
+
+
+def write_job_token(directory: Path, token: str) -> None:
+    """Replace the job's token file whole (a replica reading it sees the old token or the new one)."""
+    path = directory / JOB_TOKEN_FILE
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.touch(mode=0o600)
+    temporary.write_text(token)
+    os.replace(temporary, path)
+
+
+def read_job_token(directory: Path) -> tuple[Path, str]:
+    """The job's token file and the token in it ("" when there is none)."""
+    path = directory / JOB_TOKEN_FILE
+    try:
+        return path, path.read_text().strip()
+    except FileNotFoundError:
+        return path, ""
 
 
 def result_file_name(replica: int | str) -> str:

@@ -79,7 +79,9 @@ def supervise(state_dir: Path, job_directory: str) -> None:
                 children[index] = subprocess.Popen(
                     command,
                     cwd=directory / "workdir",
-                    env=backend.environment(job, index, devices, coordinator_port),
+                    env=backend.environment(
+                        job, index, devices, coordinator_port, status.ports[index] if status.ports else None
+                    ),
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=subprocess.STDOUT,

@@ -789,6 +789,19 @@
                       h(Field, { label: "Started / finished" }, when(job.started_at_ms) + " / " + when(job.finished_at_ms)),
                       h(Field, { label: "Deadline" }, when(job.scheduling_deadline_ms)),
                       job.exit_code !== null ? h(Field, { label: "Exit code" }, String(job.exit_code)) : null,
+                      Object.keys(job.serving_urls || {}).length
+                        ? h(
+                            Field,
+                            { label: "Serving" },
+                            h(
+                              C.Stack,
+                              { gap: 0 },
+                              ...Object.entries(job.serving_urls).map(([name, url]) =>
+                                h(C.Link, { key: name, href: url, target: "_blank", rel: "noreferrer", "data-testid": "serving-url" }, name + ": " + url),
+                              ),
+                            ),
+                          )
+                        : null,
                       job.delivery_attempts ? h(Field, { label: "Delivery" }, job.delivery_attempts + " failed attempt(s): " + job.last_delivery_error) : null,
                       job.requeue_count
                         ? h(Field, { label: "Requeued" }, job.requeue_count + " time(s)" + (job.avoided_peers.length ? "; avoiding " + job.avoided_peers.join(", ") + " for now" : ""))
@@ -831,6 +844,28 @@
                               h(C.Table.Cell, { fontWeight: "semibold" }, "replica " + replica.index),
                               h(C.Table.Cell, null, replica.state),
                               h(C.Table.Cell, null, replica.exit_code === null ? "" : "exit code " + replica.exit_code),
+                            ],
+                          }),
+                        )
+                      : null,
+                    job.children && job.children.length
+                      ? h(
+                          Section,
+                          { title: "Children" },
+                          // Its tree, which runs on one cluster (mirrored from the peer for a handed-off root).
+                          h(ItemTable, {
+                            testid: "children",
+                            items: job.children,
+                            rowKey: (child) => child.job_id,
+                            cells: (child) => [
+                              h(
+                                C.Table.Cell,
+                                { fontWeight: "semibold", wordBreak: "break-all", pl: 2 + 3 * (child.job_id.split("/").length - job.job_id.replace(/^[^/]*:/, "").split("/").length - 1) },
+                                child.job_id.slice(child.job_id.lastIndexOf("/") + 1),
+                              ),
+                              h(C.Table.Cell, null, child.state),
+                              h(C.Table.Cell, null, child.exit_code === null ? "" : "exit code " + child.exit_code),
+                              h(C.Table.Cell, { wordBreak: "break-word" }, child.error),
                             ],
                           }),
                         )

@@ -25,6 +25,7 @@ import pytest
 
 from devtools.kube_cluster import KubeCluster, free_port
 from iris_airflow_provider.backends.base import DEFAULT_COORDINATOR_PORT, Backend
+from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, KubernetesBackend, job_key, job_name
 from iris_airflow_provider.backends.process.backend import ProcessBackend, job_directory_name
 from iris_airflow_provider.core.bands import Band, parse_band
@@ -58,7 +59,11 @@ class Target:
     def backend(self, backend_id: str = "default") -> Backend:
         if self.state_dir is not None:
             return ProcessBackend(
-                backend_id, self.state_dir, devices={self.variant: self.slots}, attributes={"region": ["test"]}
+                backend_id,
+                self.state_dir,
+                devices={self.variant: self.slots},
+                attributes={"region": ["test"]},
+                bundles=BundleStore(self.state_dir.parent / "bundles"),
             )
         variant_values = {self.variant_value: self.variant} if self.variant_label and self.variant_value else None
         return KubernetesBackend(

@@ -29,11 +29,13 @@ from iris_airflow_provider.backends.base import (
     Submission,
     SubmissionRefusedError,
 )
+from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, job_key, job_name
 from iris_airflow_provider.backends.kubernetes.capacity import UNATTRIBUTED_BAND, KubernetesAvailability
 from iris_airflow_provider.backends.kubernetes.manifests import NONCE_LABEL, rendezvous_service_name
 from iris_airflow_provider.core.availability import PeerState
 from iris_airflow_provider.core.bands import Band
+from iris_airflow_provider.core.bundles import BundleEntry
 from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.placement import Candidate, plan
 from iris_airflow_provider.core.states import JobState
@@ -337,6 +339,30 @@ def test_jobs_the_cluster_can_never_run_are_refused_with_the_reason(target, back
     too_big = {"blob.bin": "x" * 1_000_001}
     with pytest.raises(SubmissionRefusedError, match="bytes of workdir files; backend default passes at most 1000000"):
         backend.submit(submission(job(target, "true", files=too_big)))
+
+
+def test_a_workdir_bundle_is_unpacked_for_the_job_or_refused_for_another_cluster_to_take(target, backend, tmp_path):
+    """The process backend unpacks a job's bundle from its cluster's bundle store into the job's
+    workdir; a Kubernetes backend has no bundle store yet (a ConfigMap carries small files only), so
+    it refuses the job as too big for it, which sends a handoff back to the parent's queue."""
+    data = b"weights " * 1000
+    entries = [BundleEntry("data/weights.txt", len(data), False, lambda: [data])]
+    store = getattr(backend, "bundles", None) or BundleStore(tmp_path / "bundles")
+    ref = store.pack(entries)
+    spec = job(target, "wc -c data/weights.txt", bundle=ref.model_dump())
+    if target.kubernetes:
+        with pytest.raises(InsufficientCapacityError, match=f"carries a workdir bundle of {ref.size} bytes; backend"):
+            backend.submit(submission(spec))
+        assert backend.status(spec.job_id) is None
+        with pytest.raises(PeerError) as refused:  # driven as an agentless peer: requeued, not killed
+            AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*"]).deliver(
+                Handoff(spec.job_id, "n1", spec, backend.backend_id, "marin", "alice", "alice", 1)
+            )
+        assert refused.value.code is PeerErrorCode.RESOURCE_EXHAUSTED and refused.value.requeues
+        return
+    backend.submit(submission(spec))
+    assert wait_state(backend, spec.job_id, JobState.SUCCEEDED).exit_code == 0
+    assert backend.logs(spec.job_id).lines == (f"[replica 0] {len(data)} data/weights.txt",)
 
 
 def test_a_peer_full_of_batch_work_still_takes_an_interactive_job(target, backend):

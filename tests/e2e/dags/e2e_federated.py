@@ -48,6 +48,15 @@ with DAG(dag_id="e2e_workdir", schedule=None, catchup=False):
         task_id="run", job="{{ dag_run.conf['job'] | tojson }}", workdir="workdir_example", poll_interval=1
     )
 
+with DAG(dag_id="e2e_bundle", schedule=None, catchup=False):
+    # A workdir the test writes (too big for inline files: it travels as a bundle).
+    IrisFederatedOperator(
+        task_id="run",
+        job="{{ dag_run.conf['job'] | tojson }}",
+        workdir="{{ dag_run.conf['workdir'] }}",
+        poll_interval=1,
+    )
+
 # Explicit submitters: the cluster file allows ml-platform@example.com for DAGs e2e_service_* only.
 with DAG(dag_id="e2e_service_job", schedule=None, catchup=False):
     IrisFederatedOperator(

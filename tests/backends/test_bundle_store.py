@@ -1,0 +1,135 @@
+"""A cluster's bundle store on a real disk: packing a workdir is deterministic, unpacking gives it back,
+an upload resumes after a cut, is verified at the end, and has one writer at a time."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from iris_airflow_provider.backends.bundles import BundleStore, DigestMismatchError, UploadConflictError
+from iris_airflow_provider.core.bundles import BundleError, BundleRef
+from iris_airflow_provider.operators.workdir import WorkdirError, bundle_workdir
+
+
+def write(root: Path, name: str, data: bytes, *, mtime: int = 0, mode: int = 0o644) -> None:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(mode)
+    if mtime:
+        os.utime(path, (mtime, mtime))
+
+
+FILES = {"train.py": b"print('train')\n", "run.sh": b"#!/bin/sh\necho run\n", "data/w.bin": os.urandom(300_000)}
+
+
+def test_the_same_tree_made_differently_packs_to_the_same_digest(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    for name, data in FILES.items():
+        write(one, name, data, mtime=1_000_000, mode=0o755 if name == "run.sh" else 0o644)
+    for name, data in reversed(FILES.items()):  # other creation order, mtimes, group/other bits
+        write(two, name, data, mtime=2_000_000, mode=0o775 if name == "run.sh" else 0o600)
+    write(two, ".git/HEAD", b"ref\n")  # left out, as for inline files
+    store = BundleStore(tmp_path / "bundles")
+    first, second = bundle_workdir(one, store), bundle_workdir(two, store)
+    assert first == second
+    assert store.has(first)
+    assert "sha256:" + hashlib.sha256(store.path(first).read_bytes()).hexdigest() == first.digest
+    assert bundle_workdir(one, store, {"train.py": "print('changed')\n"}) != first
+
+
+def test_a_bundle_unpacks_to_the_workdir_with_its_executable_bits(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    for name, data in FILES.items():
+        write(source, name, data, mode=0o755 if name == "run.sh" else 0o644)
+    store = BundleStore(tmp_path / "bundles")
+    ref = bundle_workdir(source, store, {"params.txt": "lr=0.1\n"})
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    store.unpack(ref, workdir)
+    unpacked = {p.relative_to(workdir).as_posix(): p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+    assert unpacked == {**FILES, "params.txt": b"lr=0.1\n"}
+    assert os.access(workdir / "run.sh", os.X_OK) and not os.access(workdir / "train.py", os.X_OK)
+
+
+def test_a_workdir_over_the_clusters_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    write(tmp_path / "src", "big.bin", b"\0" * 100_000)
+    store = BundleStore(tmp_path / "bundles", max_bundle_bytes=50_000)
+    with pytest.raises(WorkdirError, match=r"more than the 50000 this cluster takes \(bundles.max_bundle_bytes"):
+        bundle_workdir(tmp_path / "src", store)
+    assert not (tmp_path / "bundles").exists()  # refused on the files' sizes, before packing any
+
+
+def test_a_bundle_with_a_link_or_a_path_out_of_the_workdir_is_not_unpacked(tmp_path: Path) -> None:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("escape")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    raw = data.getvalue()
+    store = BundleStore(tmp_path / "bundles")
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(raw).hexdigest(), size=len(raw))
+    store.path(ref).parent.mkdir(parents=True)
+    store.path(ref).write_bytes(raw)
+    (tmp_path / "workdir").mkdir()
+    with pytest.raises(BundleError, match="'escape' is not a regular file"):
+        store.unpack(ref, tmp_path / "workdir")
+    assert list((tmp_path / "workdir").iterdir()) == []
+
+
+def upload(store: BundleStore, ref: BundleRef, data: bytes, offset: int) -> int:
+    with store.upload(ref, offset, len(data)) as chunk:
+        chunk.write(data)
+    return chunk.received
+
+
+def test_an_upload_cut_part_way_resumes_from_what_arrived_and_is_verified(tmp_path: Path) -> None:
+    payload = os.urandom(100_000)
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
+    store = BundleStore(tmp_path / "bundles", chunk_bytes=64 * 1024)
+    assert store.received(ref) == 0
+
+    def cut_mid_chunk() -> None:
+        with store.upload(ref, 0, 64 * 1024) as chunk:
+            chunk.write(payload[:10_000])
+            raise ConnectionResetError  # the connection is cut mid-chunk
+
+    with pytest.raises(ConnectionResetError):
+        cut_mid_chunk()
+    assert store.received(ref) == 10_000 and not store.has(ref)
+    with pytest.raises(UploadConflictError, match="does not continue the upload, which holds 10000 bytes"):
+        upload(store, ref, payload[: 64 * 1024], 0)
+    assert upload(store, ref, payload[10_000:74_000], 10_000) == 74_000
+    assert upload(store, ref, payload[74_000:], 74_000) == len(payload)
+    store.complete(ref)
+    assert store.has(ref) and store.received(ref) == len(payload)
+    assert store.path(ref).read_bytes() == payload
+    assert not store.partial_path(ref).exists()
+
+
+def test_bytes_that_do_not_hash_to_the_digest_are_discarded(tmp_path: Path) -> None:
+    payload = b"honest bytes"
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
+    store = BundleStore(tmp_path / "bundles")
+    upload(store, ref, b"forged bytes", 0)
+    with pytest.raises(DigestMismatchError, match="the upload was discarded"):
+        store.complete(ref)
+    assert store.received(ref) == 0 and not store.has(ref)
+
+
+def test_one_writer_at_a_time_and_no_chunk_past_its_announced_length(tmp_path: Path) -> None:
+    payload = os.urandom(1000)
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
+    store = BundleStore(tmp_path / "bundles")
+    with store.upload(ref, 0, 500) as first:
+        with pytest.raises(UploadConflictError, match="being uploaded by another request"):
+            upload(store, ref, payload[:500], 0)
+        with pytest.raises(BundleError, match="longer than announced"):
+            first.write(payload[:501])
+        first.write(payload[:500])
+    assert store.received(ref) == 500
