@@ -30,7 +30,7 @@ def build_backend(config: ClusterConfig, owner: str, backend: BackendConfig) -> 
         # Imported here: the Kubernetes client is only loaded by clusters that use it.
         from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
 
-        return KubernetesBackend.from_config(backend)
+        return KubernetesBackend.from_config(backend, bundles=config.bundle_store())
     return ProcessBackend(
         backend.id,
         config.backend_state_dir(owner, backend),

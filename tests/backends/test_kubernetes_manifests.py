@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from devtools.kube_command_node import _subdomain_on_loopback
 from iris_airflow_provider.backends.base import Submission
 from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
+from iris_airflow_provider.backends.kubernetes.gcs_bundles import GcsBundleStore
 from iris_airflow_provider.backends.kubernetes.manifests import (
+    BUNDLE_CONTAINER,
     COMPLETION_INDEX,
     JobPlacement,
     JobTemplate,
@@ -166,3 +168,46 @@ def test_named_ports_are_container_ports_the_job_reads_from_its_env() -> None:
     assert [env["IRIS_PORT_HTTP"], env["IRIS_PORT_METRICS"]] == [str(n) for n in numbers]
     assert len(set(numbers)) == 2 and 29500 not in numbers
     assert "ports" not in manifest(1)["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_a_bundled_job_fetches_its_bundle_into_its_workdir_before_it_starts() -> None:
+    digest = "sha256:" + "ab" * 32
+    spec = parse_job(
+        {"job_id": "/alice/big", "command": ["python", "train.py"], "bundle": {"digest": digest, "size": 9}}
+    )
+    store = GcsBundleStore("gs://acme-iris/bundles")
+    template = JobTemplate(
+        backend_id="default",
+        image="busybox:1.36",
+        env={"HTTPS_PROXY": "http://proxy:3128"},
+        bundle_store=store,
+        bundle_fetch_image="python:3.12-slim",
+    )
+    pod = template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement(), "iris")["spec"][
+        "template"
+    ]["spec"]
+
+    (init,) = pod["initContainers"]
+    assert init["name"] == BUNDLE_CONTAINER and init["image"] == "python:3.12-slim"
+    assert init["command"][:2] == ["python3", "-c"] and "def main()" in init["command"][2]
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env == {
+        "HTTPS_PROXY": "http://proxy:3128",  # the backend's env reaches the fetch too
+        "IRIS_BUNDLE_URL": f"gs://acme-iris/bundles/sha256/{'ab' * 32}",
+        "IRIS_BUNDLE_DIGEST": digest,
+        "IRIS_BUNDLE_DIR": "/iris/workdir",
+    }
+    (job,) = pod["containers"]
+    assert job["workingDir"] == "/iris/workdir"
+    shared = {m["name"] for m in init["volumeMounts"]} & {m["name"] for m in job["volumeMounts"]}
+    assert shared == {"workdir"}
+    assert {"name": "workdir", "emptyDir": {}} in pod["volumes"]
+
+
+def test_a_job_without_a_bundle_has_no_init_container() -> None:
+    spec = parse_job({"job_id": "/alice/small", "command": ["true"]})
+    template = JobTemplate(backend_id="default", image="busybox:1.36", bundle_store=GcsBundleStore("gs://acme-iris"))
+    pod = template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement(), "iris")["spec"][
+        "template"
+    ]["spec"]
+    assert "initContainers" not in pod

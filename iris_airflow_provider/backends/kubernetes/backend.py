@@ -41,6 +41,7 @@ from iris_airflow_provider.backends.base import (
     advertised_attributes,
     now_ms,
 )
+from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.backends.kubernetes.api import (
     KubeApi,
     KubernetesUnavailableError,
@@ -116,6 +117,7 @@ class KubernetesBackend:
         bundle_store: str | None = None,
         bundle_gcp_conn_id: str = "google_cloud_default",
         bundle_fetch_image: str = DEFAULT_FETCH_IMAGE,
+        bundles: BundleStore | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
         from kubernetes.client import V1Toleration
@@ -138,10 +140,11 @@ class KubernetesBackend:
         self.env = dict(env or {})
         self.files_in = files_in
         self.max_files_bytes = max_files_bytes
-        self.max_bundle_bytes = 0  # no bundle store (yet): no workdir bundle can reach its pods
         self.ttl_seconds_after_finished = ttl_seconds_after_finished
-        # Where workdir bundles go for the pods to fetch (gcs_bundles.py); none: this backend takes none.
+        # Where workdir bundles go for the pods to fetch (gcs_bundles.py), from this cluster's own
+        # store (where the operator packed them, or a parent uploaded them); without both, none.
         self.bundle_store = GcsBundleStore(bundle_store, bundle_gcp_conn_id) if bundle_store else None
+        self.bundles = bundles
         self.template = JobTemplate(
             backend_id=backend_id,
             queue_name=queue_name,
@@ -162,8 +165,15 @@ class KubernetesBackend:
         # Results read from finished pods' logs, by pod uid (a finished pod's log does not change).
         self._results: dict[str, str | ResultError | None] = {}
 
+    @property
+    def max_bundle_bytes(self) -> int:
+        """The largest workdir bundle this backend runs: 0 without a bundle store."""
+        if self.bundle_store is None or self.bundles is None:
+            return 0
+        return self.bundles.max_bundle_bytes
+
     @classmethod
-    def from_config(cls, config: KubernetesBackendConfig) -> KubernetesBackend:
+    def from_config(cls, config: KubernetesBackendConfig, bundles: BundleStore | None = None) -> KubernetesBackend:
         # The config's fields are the constructor's keywords, but for the bands (parsed here) and
         # the tolerations (plain mappings for the client's model).
         settings = config.model_dump(
@@ -172,7 +182,13 @@ class KubernetesBackend:
         settings["gke"] = config.gke
         settings["pod_template"] = config.template()
         settings["tolerations"] = [t.model_dump() for t in config.tolerations]
-        return cls(config.id, priority_classes=config.band_classes(), class_bands=config.class_bands(), **settings)
+        return cls(
+            config.id,
+            priority_classes=config.band_classes(),
+            class_bands=config.class_bands(),
+            bundles=bundles,
+            **settings,
+        )
 
     # Heartbeat ---------------------------------------------------------------------------------
 
@@ -222,6 +238,7 @@ class KubernetesBackend:
                         return outcome
                 if placement is None:
                     placement = self._placement(submission.spec)
+                    self._publish_bundle(submission.spec)  # before the Job: its pods fetch it at once
                 manifest = self.template.job_manifest(submission, placement, self.api.namespace)
                 try:
                     created = self.api.create_job(manifest)
@@ -266,13 +283,17 @@ class KubernetesBackend:
             raise SubmissionRefusedError(
                 f"job {spec.job_id} names no image and backend {self.backend_id} has no default image"
             )
-        if spec.bundle is not None:
-            # Not here, maybe on another cluster: the parent requeues it (a bundle store, such as
-            # gs://, would be a BundleSource this backend's pods read through an init container).
+        if spec.bundle is not None and spec.bundle.size > self.max_bundle_bytes:
+            # Not here, maybe on another cluster: the parent requeues it.
+            where = (
+                f"takes bundles of at most {self.max_bundle_bytes} bytes (bundles.max_bundle_bytes)"
+                if self.max_bundle_bytes
+                else "has no bundle_store (gs://bucket/prefix) for its pods to fetch bundles from"
+            )
             raise InsufficientCapacityError(
                 f"job {spec.job_id} carries a workdir bundle of {spec.bundle.size} bytes; backend {self.backend_id} "
-                f"has no bundle store and passes workdir files only in a {self.files_in} of at most "
-                f"{self.max_files_bytes} bytes (max_files_bytes)"
+                f"{where}, and passes workdir files only in a {self.files_in} of at most {self.max_files_bytes} "
+                "bytes (max_files_bytes)"
             )
         total = sum(len(file_bytes(content)) for content in spec.files.values())
         if total > self.max_files_bytes:
@@ -303,6 +324,26 @@ class KubernetesBackend:
             return JobPlacement(device.variant)
         values = tuple(self.policy.label_values_of(device.variant, nodes))
         return JobPlacement(device.variant, self.policy.variant_label, values)
+
+    def _publish_bundle(self, spec: JobSpec) -> None:
+        """Puts the job's workdir bundle where its pods fetch it (once per digest)."""
+        bundle = spec.bundle
+        if bundle is None:
+            return
+        assert self.bundle_store is not None
+        assert self.bundles is not None
+        if not self.bundles.has(bundle):
+            raise SubmissionRefusedError(f"job {spec.job_id}: its workdir bundle {bundle.digest} is not here")
+        from google.api_core.exceptions import GoogleAPIError
+        from google.auth.exceptions import GoogleAuthError
+
+        try:
+            self.bundle_store.put(bundle.digest, self.bundles.path(bundle))
+        except (GoogleAPIError, GoogleAuthError, OSError) as error:
+            raise KubernetesUnavailableError(
+                f"backend {self.backend_id}: uploading the workdir bundle of {spec.job_id} to "
+                f"{self.bundle_store.object_url(bundle.digest)}: {error}"
+            ) from error
 
     def _tpu_placement(self, spec: JobSpec) -> JobPlacement:
         """A TPU job runs on the nodes of its slice (``manifests.py`` selects them by GKE's labels)."""

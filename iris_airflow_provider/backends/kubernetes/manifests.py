@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.resources
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "job"
 BUNDLE_CONTAINER = "bundle"  # the init container that fetches a workdir bundle (bundle_fetch.py)
 WORKDIR = "/iris/workdir"
+# The init container's program: bundle_fetch.py's own source (it imports nothing of the package).
+FETCH_PROGRAM = importlib.resources.files(__package__).joinpath("bundle_fetch.py").read_text()
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_NAME = re.compile(r"[^a-z0-9]+")
 
@@ -221,6 +224,12 @@ class JobTemplate:
                     }
                 }
             }
+        if spec.bundle is not None and self.bundle_store is not None:
+            # A writable workdir the init container fills from the bundle store before the job starts.
+            volumes.append({"name": "workdir", "emptyDir": {}})
+            container["workingDir"] = WORKDIR
+            container["volumeMounts"].append({"name": "workdir", "mountPath": WORKDIR})
+            pod_spec["initContainers"] = [self.bundle_container(spec)]
         if spec.files:
             # A writable workdir with each file mounted at its path (read-only) from the files object.
             files = files_object_name(name, submission.nonce)
@@ -253,6 +262,25 @@ class JobTemplate:
             "kind": "Job",
             "metadata": {"name": name, "namespace": namespace, "labels": job_labels, "annotations": annotations},
             "spec": job_spec,
+        }
+
+    def bundle_container(self, spec: JobSpec) -> dict[str, Any]:
+        """The init container that fetches the job's bundle into its workdir (``bundle_fetch.py``), with
+        the pod's own credentials; the backend's env reaches it too (a proxy, an emulator host)."""
+        assert spec.bundle is not None
+        assert self.bundle_store is not None
+        env = {
+            **self.env,
+            "IRIS_BUNDLE_URL": self.bundle_store.object_url(spec.bundle.digest),
+            "IRIS_BUNDLE_DIGEST": spec.bundle.digest,
+            "IRIS_BUNDLE_DIR": WORKDIR,
+        }
+        return {
+            "name": BUNDLE_CONTAINER,
+            "image": self.bundle_fetch_image,
+            "command": ["python3", "-c", FETCH_PROGRAM],
+            "env": [{"name": key, "value": value} for key, value in env.items()],
+            "volumeMounts": [{"name": "workdir", "mountPath": WORKDIR}],
         }
 
     def environment(self, submission: Submission, placement: JobPlacement) -> list[dict[str, Any]]:

@@ -51,12 +51,17 @@ class Target:
     slots: int = 8  # the process backend's device slots of the variant
     # Where replica 0 of a Kubernetes job listens: the control plane's pods share this machine's ports.
     coordinator_port: int = DEFAULT_COORDINATOR_PORT
+    # A Kubernetes backend's bundle store (the GCS emulator's bucket here) and what its pods need
+    # to reach it; None: it takes no workdir bundle.
+    bundle_store: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    bundles_dir: Path | None = None
 
     @property
     def kubernetes(self) -> bool:
         return self.kind != "process"
 
-    def backend(self, backend_id: str = "default") -> Backend:
+    def backend(self, backend_id: str = "default", *, bundle_store: bool = True) -> Backend:
         if self.state_dir is not None:
             return ProcessBackend(
                 backend_id,
@@ -78,6 +83,10 @@ class Target:
             image=self.image,
             attributes={"region": ["test"]},
             coordinator_port=self.coordinator_port,
+            env=self.env,
+            bundle_store=self.bundle_store if bundle_store else None,
+            bundle_gcp_conn_id="iris_bundles_gcs",
+            bundles=BundleStore(self.bundles_dir) if self.bundles_dir else None,
         )
 
     def node_selector(self) -> dict[str, str]:
@@ -107,7 +116,13 @@ class Target:
 
 
 @pytest.fixture(scope="module")
-def kube_target(real_kube: KubeCluster) -> Iterator[Target]:
+def kube_target(
+    real_kube: KubeCluster, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Target]:
+    try:  # the bundle store's emulator: without it only the bundle scenarios that need it skip
+        gcs = request.getfixturevalue("gcs_emulator")
+    except pytest.skip.Exception:
+        gcs = None
     namespace = "iris-contract"
     nodes = ("h100-a", "h100-cordoned", "h100-maintenance")
     real_kube.create_command_node("h100-a", gpus=8, labels={PRODUCT: H100})
@@ -117,6 +132,16 @@ def kube_target(real_kube: KubeCluster) -> Iterator[Target]:
     try:
         with peer_namespace(real_kube, namespace, gpu_quota=8) as peer, pytest.MonkeyPatch.context() as patch:
             patch.setenv("AIRFLOW_CONN_IRIS_KUBE_CONTRACT", peer.connection())
+            if gcs is not None:
+                # Bundles go to the GCS emulator through the google provider's GCSHook (an anonymous
+                # connection; the google clients honour STORAGE_EMULATOR_HOST), and the pods' init
+                # containers fetch them from it.
+                patch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+                anonymous = {"is_anonymous": True, "project": "iris-test"}
+                patch.setenv(
+                    "AIRFLOW_CONN_IRIS_BUNDLES_GCS",
+                    json.dumps({"conn_type": "google_cloud_platform", "extra": anonymous}),
+                )
             with real_kube.admin_client() as admin:
                 yield Target(
                     kind="kube",
@@ -128,6 +153,9 @@ def kube_target(real_kube: KubeCluster) -> Iterator[Target]:
                     variant_value=H100,
                     exclusive=True,
                     coordinator_port=free_port(),
+                    bundle_store="gs://iris-bundles/contract" if gcs is not None else None,
+                    env={"STORAGE_EMULATOR_HOST": gcs.url} if gcs is not None else {},
+                    bundles_dir=tmp_path_factory.mktemp("bundles"),
                 )
     finally:
         for node in nodes:

@@ -12,7 +12,9 @@ legitimately differ, the scenario says why.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -342,27 +344,68 @@ def test_jobs_the_cluster_can_never_run_are_refused_with_the_reason(target, back
 
 
 def test_a_workdir_bundle_is_unpacked_for_the_job_or_refused_for_another_cluster_to_take(target, backend, tmp_path):
-    """The process backend unpacks a job's bundle from its cluster's bundle store into the job's
-    workdir; a Kubernetes backend has no bundle store yet (a ConfigMap carries small files only), so
-    it refuses the job as too big for it, which sends a handoff back to the parent's queue."""
+    """The backend puts a job's bundle from its cluster's bundle store into the job's workdir: the
+    process backend unpacks it there; a Kubernetes backend uploads it to its ``bundle_store`` (the
+    GCS emulator here) and its pod's init container fetches and checks it. A Kubernetes backend with
+    no bundle store refuses the job as too big for it, which sends a handoff back to the parent's
+    queue."""
     data = b"weights " * 1000
     entries = [BundleEntry("data/weights.txt", len(data), False, lambda: [data])]
     store = getattr(backend, "bundles", None) or BundleStore(tmp_path / "bundles")
     ref = store.pack(entries)
     spec = job(target, "wc -c data/weights.txt", bundle=ref.model_dump())
     if target.kubernetes:
+        storeless = target.backend(bundle_store=False)
         with pytest.raises(InsufficientCapacityError, match=f"carries a workdir bundle of {ref.size} bytes; backend"):
-            backend.submit(submission(spec))
-        assert backend.status(spec.job_id) is None
+            storeless.submit(submission(spec))
+        assert storeless.status(spec.job_id) is None
         with pytest.raises(PeerError) as refused:  # driven as an agentless peer: requeued, not killed
-            AgentlessPeer("cw-k8s", [backend], allowed_submitters=["*"]).deliver(
-                Handoff(spec.job_id, "n1", spec, backend.backend_id, "marin", "alice", "alice", 1)
+            AgentlessPeer("cw-k8s", [storeless], allowed_submitters=["*"]).deliver(
+                Handoff(spec.job_id, "n1", spec, storeless.backend_id, "marin", "alice", "alice", 1)
             )
         assert refused.value.code is PeerErrorCode.RESOURCE_EXHAUSTED and refused.value.requeues
-        return
+        if target.bundle_store is None:
+            return  # your cluster, or no GCS emulator: no bundle store to test against
     backend.submit(submission(spec))
     assert wait_state(backend, spec.job_id, JobState.SUCCEEDED).exit_code == 0
     assert backend.logs(spec.job_id).lines == (f"[replica 0] {len(data)} data/weights.txt",)
+
+
+def test_a_200_mib_workdir_bundle_reaches_the_job(target, backend, tmp_path):
+    """Issue 15's size: a 200 MiB workdir, packed into the cluster's store, reaches the job whole
+    (through the GCS bundle store and the init container on Kubernetes), and the job reads it."""
+    if target.kubernetes and target.bundle_store is None:
+        pytest.skip("no bundle store here: your cluster, or the GCS emulator is not built (scripts/gcs-emulator.sh)")
+    chunk = os.urandom(1 << 20)  # incompressible, cheap: 200 distinct 1 MiB blocks
+    blocks = [chunk[i:] + chunk[:i] for i in range(200)]
+    digest = hashlib.sha256(b"".join(blocks)).hexdigest()
+    entries = [BundleEntry("data/shard.bin", 200 << 20, False, lambda: iter(blocks))]
+    ref = (getattr(backend, "bundles", None) or BundleStore(tmp_path / "bundles")).pack(entries)
+    spec = job(target, "sha256sum data/shard.bin", bundle=ref.model_dump())
+
+    backend.submit(submission(spec))
+
+    assert wait_state(backend, spec.job_id, JobState.SUCCEEDED).exit_code == 0
+    assert backend.logs(spec.job_id).lines == (f"[replica 0] {digest}  data/shard.bin",)
+
+
+def test_a_bundle_changed_in_the_bucket_fails_the_job_before_it_runs(target, backend):
+    """The pod checks the digest it was submitted with: an object replaced in the bucket is never
+    unpacked, and the job's error says which container stopped it and why."""
+    if not target.kubernetes or target.bundle_store is None:
+        pytest.skip("the bundle store's own check: Kubernetes with a bundle store only")
+    data = b"honest weights\n"
+    ref = backend.bundles.pack([BundleEntry("weights.txt", len(data), False, lambda: [data])])
+    tampered = backend.bundles.pack([BundleEntry("weights.txt", 15, False, lambda: [b"forged weights\n"])])
+    backend.bundle_store.put(ref.digest, backend.bundles.path(tampered))  # the bucket now holds other bytes
+    spec = job(target, "cat weights.txt", bundle=ref.model_dump())
+
+    backend.submit(submission(spec))
+
+    failed = wait_state(backend, spec.job_id, JobState.FAILED)
+    assert "its init container bundle exited with code 2" in failed.error
+    assert "not the one submitted (digest mismatch)" in failed.error
+    assert backend.logs(spec.job_id).lines == ()  # the job's command never ran
 
 
 def test_a_peer_full_of_batch_work_still_takes_an_interactive_job(target, backend):
