@@ -113,7 +113,9 @@ class Trees(StoreBase):
         once the root has ended: its children end after it."""
         with self._write() as connection:
             row = connection.execute(
-                sa.select(jobs.c.children).where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+                sa.select(jobs.c.children)
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+                .with_for_update()  # read, merged and written back: no other writer in between
             ).first()
             if row is None:
                 return False
@@ -167,7 +169,9 @@ class Trees(StoreBase):
         child), and where reading the child's output got to, together."""
         with self._write() as connection:
             row = connection.execute(
-                sa.select(jobs.c.children).where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+                sa.select(jobs.c.children)
+                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
+                .with_for_update()  # read, merged and written back: no other writer in between
             ).first()
             if row is None:
                 return False
