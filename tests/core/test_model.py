@@ -401,8 +401,8 @@ class TestBadInput:
         found = problems({"job_id": "/a/b", "gpus": 8, "resource": {}})
         assert found == {
             "": "unknown field(s) gpus, resource; accepted: job_id, command, image, env, files, bundle, resources, "
-            "constraints, regions, priority_band, prefer, target_cluster, parent_job_id, scheduling_deadline_ms, "
-            "on_peer_lost, start_timeout_seconds"
+            "constraints, regions, priority_band, prefer, ports, target_cluster, parent_job_id, "
+            "scheduling_deadline_ms, on_peer_lost, start_timeout_seconds"
         }
 
     def test_unknown_fields_are_reported_with_the_other_problems_not_instead_of_them(self):
