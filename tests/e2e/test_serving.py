@@ -243,6 +243,10 @@ def test_a_job_running_on_the_parent_is_served_directly_under_a_secret_derived_f
     url = _wait(minted, "the serving URL marin minted for its own job")
     assert url.startswith(f"{parent.base_url}/proxy/t/eyJ") and "cluster=" not in url
     _wait(lambda: httpx.get(url + "ready", timeout=30).status_code == 200, "the job to answer on marin")
+    # End the job only once its task is deferred: a trigger firing while the scheduler has yet to
+    # take the deferral's executor event makes Airflow fail the task ("finished with state success,
+    # but the task instance's state attribute is queued"), an Airflow race, not ours.
+    parent.wait_for_task_state("e2e_job", run, "run", ("deferred",))
     assert httpx.post(url + "shutdown", timeout=30).text == "shutting down"
     assert parent.wait_for_run("e2e_job", run) == "success"
     assert httpx.get(url + "ready", timeout=30).status_code == 503  # its incarnation serves no more
