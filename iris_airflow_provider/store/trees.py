@@ -112,11 +112,7 @@ class Trees(StoreBase):
         there), keeping where relaying each one's output has got to; whether anything changed. Also
         once the root has ended: its children end after it."""
         with self._write() as connection:
-            row = connection.execute(
-                sa.select(jobs.c.children)
-                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
-                .with_for_update()  # read, merged and written back: no other writer in between
-            ).first()
+            row = _locked_children(connection, job_id, nonce)
             if row is None:
                 return False
             before = {child["job_id"]: child for child in row[0] or ()}
@@ -168,11 +164,7 @@ class Trees(StoreBase):
         """Keep new output lines of a mirrored child in its root's output (each line names the
         child), and where reading the child's output got to, together."""
         with self._write() as connection:
-            row = connection.execute(
-                sa.select(jobs.c.children)
-                .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce)
-                .with_for_update()  # read, merged and written back: no other writer in between
-            ).first()
+            row = _locked_children(connection, job_id, nonce)
             if row is None:
                 return False
             children = [dict(child) for child in row[0] or ()]
@@ -196,3 +188,11 @@ class Trees(StoreBase):
 def child_line(job_id: str, state: str, exit_code: int | None) -> str:
     """How a child stands, as its parent's task log says it."""
     return f"child {job_id}: {state}" + (f" (exit code {exit_code})" if exit_code is not None else "")
+
+
+def _locked_children(connection: sa.Connection, job_id: str, nonce: str) -> sa.Row[Any] | None:
+    """The incarnation's mirrored children, locked: they are read, merged and written back, with no
+    other writer in between (None when the incarnation is gone)."""
+    return connection.execute(
+        sa.select(jobs.c.children).where(jobs.c.job_id == job_id, jobs.c.nonce == nonce).with_for_update()
+    ).first()
