@@ -71,9 +71,17 @@ def save_logs(deployment: AirflowDeployment, name: str) -> None:
         (artifacts / log.name).write_bytes(log.read_bytes())
 
 
+def migrated_store(url: str) -> FederationStore:
+    """The store at ``url`` at the schema the deployment's processes use: a test may read it before
+    any of them has opened (and so migrated) it, which would find no tables."""
+    store = FederationStore.from_url(url)
+    store.migrate()
+    return store
+
+
 @pytest.fixture(scope="module")
 def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
-    store = FederationStore.from_url(deployment.store_url)
+    store = migrated_store(deployment.store_url)
     yield store
     store.dispose()
 

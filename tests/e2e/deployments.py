@@ -16,7 +16,7 @@ from typing import Any
 from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.conftest import free_port, migrated_store, save_logs
 from tests.postgres import scratch_database
 
 DAGS = Path(__file__).parent / "dags"
@@ -81,8 +81,8 @@ def deployment_pair(
             extra_env=env,
             **(peer_options or {}),
         )
-        parent_store = FederationStore.from_url(parent_store_url)
-        peer_store = FederationStore.from_url(peer_store_url)
+        parent_store = migrated_store(parent_store_url)
+        peer_store = migrated_store(peer_store_url)
         try:
             peer.start()
             parent.start()

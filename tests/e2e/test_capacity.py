@@ -65,13 +65,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowDepl
             save_logs(deployment, "capacity")
 
 
-@pytest.fixture(scope="module")
-def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
-    store = FederationStore.from_url(deployment.store_url)
-    yield store
-    store.dispose()
-
-
 def h100(count: int, command: str) -> dict[str, Any]:
     return {"command": command, "resources": {"device": {"type": "gpu", "variant": "h100", "count": count}}}
 
@@ -93,10 +86,14 @@ def ticks(store: FederationStore, count: int) -> None:
     _wait(enough, f"{count} more ticks")
 
 
-def test_a_job_no_backend_could_ever_hold_fails_at_once_naming_the_largest(deployment, store):
-    # What the peer's backends hold in total is known from its first heartbeat; before it, the peer
-    # is unreachable and a GPU job is unschedulable for that reason instead.
+@pytest.fixture(scope="module", autouse=True)
+def first_heartbeat(store: FederationStore) -> None:
+    """What the peer's backends hold is known from its first heartbeat; before it, the peer is
+    unreachable and a GPU job is unschedulable for that reason instead."""
     _wait(lambda: any(p.peer_id == "cw-h100" and p.reachable for p in store.peers()), "cw-h100's first heartbeat")
+
+
+def test_a_job_no_backend_could_ever_hold_fails_at_once_naming_the_largest(deployment, store):
     run = deployment.trigger("e2e_job", {"job": h100(16, "echo never")}, user="alice")
     assert deployment.wait_for_run("e2e_job", run) == "failed"
     log = deployment.task_log("e2e_job", run, "run")

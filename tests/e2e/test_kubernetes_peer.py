@@ -20,7 +20,6 @@ from devtools.airflow_deployment import AirflowDeployment
 from devtools.kube_cluster import KubeCluster
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, NONCE_ANNOTATION, job_key
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.store.store import FederationStore
 from tests.e2e.conftest import free_port, save_logs
 from tests.kubernetes.peer_namespace import H100, PeerNamespace, peer_namespace
 from tests.postgres import scratch_database
@@ -93,13 +92,6 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, kube: PeerNamespace) ->
         finally:
             deployment.stop()
             save_logs(deployment, "kubernetes-parent")
-
-
-@pytest.fixture(scope="module")
-def store(deployment: AirflowDeployment) -> Iterator[FederationStore]:
-    store = FederationStore.from_url(deployment.store_url)
-    yield store
-    store.dispose()
 
 
 def gpu(count: int, command: str, **extra: Any) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
 from iris_airflow_provider.store.records import JobEvent, JobRecord
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port, save_logs
+from tests.e2e.conftest import free_port, migrated_store, save_logs
 from tests.postgres import scratch_database
 from tests.waiting import wait_for
 
@@ -115,7 +115,7 @@ backends: [{{id: cpu, kind: process, max_running_jobs: 8}}]
                 "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             },
         )
-        store = FederationStore.from_url(store_url)
+        store = migrated_store(store_url)
         world = World(deployment, store, root / "flags", keys)
         try:
             deployment.start()
