@@ -11,6 +11,8 @@ Being the kubelet of one Node, it:
   below), runs each container's ``command + args`` there
   as a local process (the image is ignored) and publishes the pod's status: Running, then
   Succeeded or Failed with each container's exit code;
+- refreshes a running pod's Secret and ConfigMap volumes mounted whole (not by ``subPath``) when
+  the object changes, as a kubelet does (every second here, not every minute or so);
 - serves each container's output on the kubelet's log endpoint, which the API server proxies for
   ``pods/log`` (with ``timestamps``, ``sinceSeconds``, ``sinceTime``, ``tailLines``, ``limitBytes``);
 - stops a pod being deleted (SIGTERM to its process group, SIGKILL after the grace period) and
@@ -56,6 +58,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 POLL_SECONDS = 0.2
+VOLUME_SYNC_SECONDS = 1.0  # a kubelet takes up to a minute or so; tests should not wait that long
 LEASE_SECONDS = 40  # what KWOK's nodes use: the controller manager's grace period is longer
 BASE_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR")
 FINISHED = ("Succeeded", "Failed")
@@ -93,6 +96,7 @@ class PodRun:
     started_at: int = 0
     done: bool = False
     term_sent_at: float | None = None
+    volumes_synced_at: float = 0.0  # monotonic: when its Secret and ConfigMap volumes were last refreshed
 
 
 class CommandNode:
@@ -192,6 +196,10 @@ class CommandNode:
                     self._wait(pod, "ContainerCreating", f"MountVolume.SetUp failed: {missing} not found")
                 else:
                     self._start(pod)
+            elif run is not None and not run.done and time.monotonic() - run.volumes_synced_at >= VOLUME_SYNC_SECONDS:
+                run.volumes_synced_at = time.monotonic()
+                with contextlib.suppress(ApiException, OSError):  # gone meanwhile: the next sync sees it
+                    self._refresh_volumes(pod, self.directory / "pods" / uid)
         present = {pod.metadata.uid for pod in pods}
         with self.lock:
             for uid in [uid for uid, run in self.runs.items() if uid not in present and run.done]:
@@ -439,6 +447,26 @@ class CommandNode:
                     for path, content in files.items():
                         (target / path).parent.mkdir(parents=True, exist_ok=True)
                         (target / path).write_bytes(content)
+
+    def _refresh_volumes(self, pod: Any, rootfs: Path) -> None:
+        """Carry a Secret's or ConfigMap's new content into a running pod's files, as a kubelet does
+        for a volume mounted whole (never one mounted by ``subPath``): each changed file replaced at
+        once, so a reader sees the old content or the new, never half of one."""
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        for spec in pod.spec.containers:
+            for mount in spec.volume_mounts or []:
+                volume = volumes[mount.name]
+                if mount.sub_path or (volume.secret is None and volume.config_map is None):
+                    continue
+                target = rootfs / mount.mount_path.lstrip("/")
+                for path, content in (self._volume_files(volume, pod.metadata.namespace) or {}).items():
+                    file = target / path
+                    if file.exists() and file.read_bytes() == content:
+                        continue
+                    file.parent.mkdir(parents=True, exist_ok=True)
+                    staged = file.with_name(f".{file.name}.new")
+                    staged.write_bytes(content)
+                    os.replace(staged, file)
 
     def _volume_files(self, volume: Any, namespace: str) -> dict[str, bytes] | None:
         if volume.config_map is not None:

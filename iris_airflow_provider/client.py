@@ -17,9 +17,9 @@ this job's env (its own env wins) and region (unless it names ``regions``; ``["*
 submitted as the root job's user. Cancelling or failing a job cancels its children; a child never
 outlives its parent. The client only reaches jobs of its own tree.
 
-The token: where the backend rewrites it in a file (``$IRIS_JOB_TOKEN_FILE``, the process backend)
-each call reads the file; otherwise the client trades ``$IRIS_JOB_TOKEN`` for a fresh one once half
-of its lifetime has passed.
+The token: where the backend rewrites it in a file (``$IRIS_JOB_TOKEN_FILE``: the process backend's,
+or a Kubernetes Secret mounted in the pod), each call reads the file; otherwise the client trades
+``$IRIS_JOB_TOKEN`` for a fresh one once half of its lifetime has passed.
 """
 
 from __future__ import annotations

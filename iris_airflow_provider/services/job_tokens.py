@@ -6,7 +6,7 @@ token (HS256 under a key of its own, see ``hooks/runtime.py``) for one incarnati
 ``sub`` is where the store keeps the job (its key), ``nonce`` its incarnation, ``aud`` this
 cluster's job API, ``iss`` this cluster. Tokens are short-lived (``TOKEN_TTL_SECONDS``) and renewed
 while the job is live: the backend gets a fresh one at start, the tick rewrites it for every live
-job on backends that keep it in a file (:func:`renew_token_files`), and a job may trade a valid token
+job on backends that keep it in a file or a Secret (:func:`renew_token_files`), and a job may trade a valid token
 for a fresh one (``renew``) while it is live. A token of a finished or replaced incarnation is
 refused even before it expires, because every use checks the incarnation against the store.
 """
@@ -129,22 +129,35 @@ class JobTokens:
 def renew_token_files(
     tokens: JobTokens, jobs: Iterable[JobRecord], backend_of: Callable[[JobRecord], object | None]
 ) -> int:
-    """Give every live job here whose backend keeps its token in a file a fresh token; how many.
+    """Give every live job here whose backend keeps its token outside the job's environment (a file,
+    a Kubernetes Secret mounted as one) a fresh token; how many.
 
     Run by each tick (every ``sync_interval_seconds`` while jobs are in flight), far more often than
     a token's lifetime, so a replica reading ``$IRIS_JOB_TOKEN_FILE`` always finds a valid one; a
-    queued job's file is renewed too, so it starts with one."""
-    renewed = 0
+    queued job's is renewed too, so it starts with one. A backend that can tell which tokens are
+    due (``job_tokens_due``: the Kubernetes backend, in one listing) is only written those, once in
+    half a token's life; the others are written every tick."""
+    by_backend: dict[int, tuple[Any, list[JobRecord]]] = {}
     for job in jobs:
         if job.terminal or job.direction not in (Direction.LOCAL, Direction.RECEIVED):
             continue
         backend = backend_of(job)
-        write = getattr(backend, "write_job_token", None)
-        if write is None:
-            continue
+        if getattr(backend, "write_job_token", None) is not None:
+            by_backend.setdefault(id(backend), (backend, []))[1].append(job)
+    renewed = 0
+    for backend, live in by_backend.values():
         try:
-            if write(job.job_id, job.nonce, tokens.mint(job.job_id, job.nonce)):
-                renewed += 1
-        except OSError as error:  # the next tick tries again, well within the token's lifetime
-            log.warning("Could not renew the job token of %s: %s", job.job_id, error)
+            due_of = getattr(backend, "job_tokens_due", None)
+            if due_of is not None:
+                due = due_of([(job.job_id, job.nonce) for job in live], tokens.due_for_renewal)
+                live = [job for job in live if (job.job_id, job.nonce) in due]
+        except OSError as error:  # the next tick asks again, well within the tokens' lifetime
+            log.warning("Could not tell which job tokens are due for renewal: %s", error)
+            continue
+        for job in live:
+            try:
+                if backend.write_job_token(job.job_id, job.nonce, tokens.mint(job.job_id, job.nonce)):
+                    renewed += 1
+            except OSError as error:  # the next tick tries again, well within the token's lifetime
+                log.warning("Could not renew the job token of %s: %s", job.job_id, error)
     return renewed

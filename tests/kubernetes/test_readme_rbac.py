@@ -36,6 +36,9 @@ PERMISSIONS = [
     ("Role", "batch", "jobs", "delete"),
     ("Role", "", "pods/log", "get"),
     ("Role", "", "configmaps", "create"),
+    ("Role", "", "secrets", "create"),
+    ("Role", "", "secrets", "list"),
+    ("Role", "", "secrets", "patch"),
     ("Role", "", "services", "create"),
 ]
 
@@ -87,12 +90,17 @@ def test_the_permissions_listed_here_are_the_readmes() -> None:
 
 def exercise(backend: KubernetesBackend) -> None:
     """What a peer asks of its backend: a heartbeat, a job of two replicas (a rendezvous Service) with
-    files run to the end and its output read, another started and cancelled."""
+    files and a job token run to the end and its output read, its token renewed as the tick does,
+    another started and cancelled."""
     backend.describe()
     done = job("cat greeting.txt", files={"greeting.txt": "hello\n"}, replicas=2)
-    backend.submit(submission(done))
+    delivered = submission(done, job_env={"IRIS_FEDERATION_URL": "http://127.0.0.1:9", "IRIS_JOB_TOKEN": "t1"})
+    backend.submit(delivered)
     wait_state(backend, done.job_id, JobState.SUCCEEDED, timeout=60)
     assert backend.logs(done.job_id).lines == ("[replica 0] hello", "[replica 1] hello")
+    live = [(done.job_id, delivered.nonce)]
+    assert backend.job_tokens_due(live, lambda expires: True) == set(live)  # "t1" is no JWT: renewed
+    assert backend.write_job_token(done.job_id, delivered.nonce, "t2")
     running = job("sleep 300")
     backend.submit(submission(running))
     wait_state(backend, running.job_id, JobState.RUNNING, timeout=60)
@@ -130,7 +138,8 @@ def test_each_permission_of_the_readme_is_needed(
         # The API server's own words, relayed: the service account, the verb and the resource.
         message = str(failed.value)
         assert f'cannot {verb} resource "{resource}"' in message, message
-        if resource in ("configmaps", "services"):  # the Job made before them was taken back: nothing half-made
+        if verb == "create" and resource in ("configmaps", "secrets", "services"):
+            # The Job made before them was taken back: nothing half-made.
             jobs = client.BatchV1Api(admin).list_namespaced_job(namespace, label_selector=JOB_KEY_LABEL)
             assert [j for j in jobs.items if j.metadata.deletion_timestamp is None] == []
 
@@ -146,5 +155,5 @@ def job(command: str, replicas: int = 1, **extra: Any) -> Any:
     )
 
 
-def submission(spec: Any) -> Submission:
-    return Submission(spec.job_id, uuid.uuid4().hex, spec, "marin", int(time.time() * 1000))
+def submission(spec: Any, job_env: dict[str, str] | None = None) -> Submission:
+    return Submission(spec.job_id, uuid.uuid4().hex, spec, "marin", int(time.time() * 1000), job_env=job_env or {})

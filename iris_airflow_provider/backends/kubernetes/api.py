@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from iris_airflow_provider.backends.kubernetes.job_token import TOKEN_SECRET_LABEL
+
 if TYPE_CHECKING:
     from iris_airflow_provider.backends.kubernetes.config import GKECluster
 
@@ -224,10 +226,31 @@ class KubeApi:
             if error.status not in (404, 409):  # gone already, or replaced (uid precondition)
                 raise
 
-    def create_files(self, manifest: dict[str, Any]) -> None:
+    def create_config(self, manifest: dict[str, Any]) -> None:
+        """Create a ConfigMap or a Secret (a job's files, its token)."""
         core = self.hook.core_v1_client
         create = core.create_namespaced_secret if manifest["kind"] == "Secret" else core.create_namespaced_config_map
         self.call(create, self.namespace, manifest)
+
+    def token_secrets(self) -> list[Any]:
+        """Every job-token Secret of the namespace (``job_token.py``), in one listing."""
+        return self.list_all(
+            self.hook.core_v1_client.list_namespaced_secret,
+            namespace=self.namespace,
+            label_selector=TOKEN_SECRET_LABEL,
+        )
+
+    def patch_secret_data(self, name: str, data: dict[str, str]) -> bool:
+        """Replace keys of Secret ``name``'s data; False when it is gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.call(self.hook.core_v1_client.patch_namespaced_secret, name, self.namespace, {"data": data})
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
 
     def create_service(self, manifest: dict[str, Any]) -> None:
         self.hook.core_v1_client.create_namespaced_service(

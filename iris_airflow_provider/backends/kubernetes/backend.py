@@ -12,6 +12,9 @@ Reached through an Airflow connection of type ``kubernetes`` (the cncf-kubernete
   job of a concrete TPU variant runs as one pod per host of its slice on such nodes
   (``manifests.py``); one slice per job (several multi-host slices need the multislice
   environment, which the backend does not set up) and no ``auto``.
+- **A job's token** for the job API is a Secret of the incarnation's, owned by the Job and mounted
+  as ``$IRIS_JOB_TOKEN_FILE``, never a value in the Job; the tick renews those half spent
+  (``job_tokens_due``, ``write_job_token``; ``job_token.py``).
 - **Creating is idempotent by nonce**: the Job name is derived from the job id, so the API server
   itself makes two creates of one job collide; the same nonce is a replay, another live one is
   ``already exists``, a finished one is replaced.
@@ -24,12 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from iris_airflow_provider.backends.base import (
     DEFAULT_COORDINATOR_PORT,
+    JOB_TOKEN_ENV,
     AlreadyExistsError,
     InsufficientCapacityError,
     JobReport,
@@ -55,6 +59,7 @@ from iris_airflow_provider.backends.kubernetes.capacity import (
     cluster_capacity,
 )
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, GcsBundleStore
+from iris_airflow_provider.backends.kubernetes.job_token import token_data, token_expiry, token_secret_name
 from iris_airflow_provider.backends.kubernetes.logs import LOG_SKEW_MARGIN_S, LogReader
 from iris_airflow_provider.backends.kubernetes.manifests import (
     CONTAINER,
@@ -367,15 +372,18 @@ class KubernetesBackend:
         return JobPlacement(device.variant)
 
     def _ensure_owned(self, job: Any, submission: Submission) -> None:
-        """Create what the Job needs beside it, owned by it (so it goes with it): its files, and for
-        several replicas the headless Service they meet through. Made after the Job (the owner
+        """Create what the Job needs beside it, owned by it (so it goes with it): its files, its job
+        token, and for several replicas the headless Service they meet through. Made after the Job (the owner
         reference needs its uid); on a replay, whatever the first attempt did not get to."""
         from kubernetes.client.exceptions import ApiException
 
         namespace = self.api.namespace
         needed: list[tuple[str, Callable[[dict[str, Any]], None], dict[str, Any]]] = []
         if submission.spec.files:
-            needed.append(("files", self.api.create_files, self.template.files_manifest(job, submission, namespace)))
+            needed.append(("files", self.api.create_config, self.template.files_manifest(job, submission, namespace)))
+        if JOB_TOKEN_ENV in submission.job_env:
+            token = self.template.token_manifest(job, submission, namespace)
+            needed.append(("job token Secret", self.api.create_config, token))
         if pod_count(submission.spec) > 1:
             service = self.template.service_manifest(job, submission, namespace)
             needed.append(("rendezvous Service", self.api.create_service, service))
@@ -385,8 +393,8 @@ class KubernetesBackend:
             except ApiException as error:
                 if error_status(error) == 409:
                     continue  # a replay after the first attempt got this far
-                # Without its files the Job would wait forever, without its Service its replicas would
-                # never meet: take it back, so a retry starts clean.
+                # Without its files or token the Job would wait forever, without its Service its
+                # replicas would never meet: take it back, so a retry starts clean.
                 with contextlib.suppress(ApiException):
                     self.api.delete_job(job, "Background")
                 if error_status(error) in (400, 422):
@@ -394,6 +402,32 @@ class KubernetesBackend:
                         f"Kubernetes refused the {what} of {submission.job_id}: {api_message(error)}"
                     ) from error
                 raise
+
+    # Job tokens (job_token.py) -----------------------------------------------------------------
+
+    def job_tokens_due(self, live: Iterable[tuple[str, str]], due: Callable[[int], bool]) -> set[tuple[str, str]]:
+        """Which of the ``live`` incarnations (job id, nonce) hold a token here that is ``due`` for
+        renewal (or unreadable), from one listing of the token Secrets; one not created yet, or gone,
+        is not."""
+        wanted = {token_secret_name(job_name(job_id), nonce): (job_id, nonce) for job_id, nonce in live}
+        if not wanted:
+            return set()
+        with self.api.guard("listing job token Secrets"):
+            secrets = self.api.token_secrets()
+        found: set[tuple[str, str]] = set()
+        for secret in secrets:
+            incarnation = wanted.get(secret.metadata.name)
+            if incarnation is not None and secret.metadata.deletion_timestamp is None:
+                expires = token_expiry(secret.data)
+                if expires is None or due(expires):
+                    found.add(incarnation)
+        return found
+
+    def write_job_token(self, job_id: str, nonce: str, token: str) -> bool:
+        """Put ``token`` in incarnation ``nonce``'s Secret, which its pods read as a file (renewed by
+        the kubelet); False when that incarnation has no Secret here (not created yet, or gone)."""
+        with self.api.guard(f"renewing the job token of {job_id}"):
+            return self.api.patch_secret_data(token_secret_name(job_name(job_id), nonce), token_data(token))
 
     # Status, cancel, logs ----------------------------------------------------------------------
 

@@ -14,6 +14,8 @@
   Service). Kueue admits the Job as one workload: every host together, or none.
 - **Its files**: a ConfigMap (or Secret) owned by the Job, mounted file by file into a writable
   ``/iris/workdir``.
+- **Its job token** (where the cluster issues them): a Secret owned by the Job, mounted as a file
+  the tick renews (``job_token.py``), never a value of the Job's environment.
 - **Its rendezvous** (more than one pod): a headless Service owned by the Job, selecting its pods,
   named by the pods' ``subdomain``: each pod then resolves as ``<job name>-<index>.<service>``
   (an Indexed Job's pods are named hosts), and every replica is told replica 0's
@@ -36,6 +38,7 @@ from typing import Any
 
 from iris_airflow_provider.backends.base import (
     DEFAULT_COORDINATOR_PORT,
+    JOB_TOKEN_ENV,
     RANK_ENV,
     Submission,
     job_identity_env,
@@ -43,6 +46,12 @@ from iris_airflow_provider.backends.base import (
 )
 from iris_airflow_provider.backends.kubernetes.capacity import GPU_RESOURCE, VARIANT_POD_LABEL
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, GcsBundleStore
+from iris_airflow_provider.backends.kubernetes.job_token import (
+    token_env,
+    token_secret_manifest,
+    token_secret_name,
+    token_volume,
+)
 from iris_airflow_provider.backends.kubernetes.pod_template import merged_pod_template
 from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_PATH, RESULT_VOLUME, wrapped_command
 from iris_airflow_provider.core.bands import Band
@@ -230,6 +239,10 @@ class JobTemplate:
             container["workingDir"] = WORKDIR
             container["volumeMounts"].append({"name": "workdir", "mountPath": WORKDIR})
             pod_spec["initContainers"] = [self.bundle_container(spec)]
+        if JOB_TOKEN_ENV in submission.job_env:
+            volume, mount = token_volume(token_secret_name(name, submission.nonce))
+            volumes.append(volume)
+            container["volumeMounts"].append(mount)
         if spec.files:
             # A writable workdir with each file mounted at its path (read-only) from the files object.
             files = files_object_name(name, submission.nonce)
@@ -306,7 +319,7 @@ class JobTemplate:
             values["TPU_WORKER_HOSTNAMES"] = ",".join(hosts)
             ranks.append("TPU_WORKER_ID")
         values.update(spec.env)
-        values.update(submission.job_env)  # IRIS_FEDERATION_URL and the job's token (renewed by a call)
+        values.update(token_env(submission.job_env))  # IRIS_FEDERATION_URL and where its token is (job_token.py)
         env: list[dict[str, Any]] = [{"name": key, "value": value} for key, value in values.items()]
         field_path = f"metadata.annotations['{COMPLETION_INDEX}']"
         env += [
@@ -341,6 +354,11 @@ class JobTemplate:
             if binary:
                 manifest["binaryData"] = binary
         return manifest
+
+    def token_manifest(self, job: Any, submission: Submission, namespace: str) -> dict[str, Any]:
+        """The Secret holding the incarnation's job token (``job_token.py``), owned by its Job."""
+        name = token_secret_name(job.metadata.name, submission.nonce)
+        return token_secret_manifest(owned_metadata(job, name, namespace), submission.job_env[JOB_TOKEN_ENV])
 
     def service_manifest(self, job: Any, submission: Submission, namespace: str) -> dict[str, Any]:
         """The headless Service of a multi-replica Job, owned by it: it selects this incarnation's pods

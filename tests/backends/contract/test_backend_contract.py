@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any, TypeVar
 
+import jwt
 import pytest
 from kubernetes import client
 
@@ -243,6 +244,50 @@ def test_a_job_runs_to_success_with_its_files_env_and_logs(target, backend):
     rerun = backend.submit(submission(spec))
     assert not rerun.replay and rerun.report.nonce != report.nonce
     assert wait_state(backend, spec.job_id, JobState.SUCCEEDED).nonce == rerun.report.nonce
+
+
+def token(expires_in_s: int) -> str:
+    """A job token as the backend sees one: a JWT it never verifies (the job API does)."""
+    return jwt.encode({"sub": "job", "exp": int(time.time()) + expires_in_s}, "k" * 32, algorithm="HS256")
+
+
+def test_a_jobs_token_is_a_file_the_backend_renews_while_it_runs(target, backend):
+    """The job reads its token from $IRIS_JOB_TOKEN_FILE, and the backend rewrites that file for the
+    live incarnation (a renewed token reaches a running job) and for no other. On Kubernetes the file
+    is a Secret of the incarnation's: the token is nowhere in the Job, which anyone who may read Jobs
+    reads, and one listing tells which tokens are half spent."""
+    first, renewed = token(900), token(1800)
+    spec = job(
+        target,
+        'first=$(cat "$IRIS_JOB_TOKEN_FILE"); echo "$first";'
+        ' while [ "$(cat "$IRIS_JOB_TOKEN_FILE")" = "$first" ]; do sleep 0.1; done; cat "$IRIS_JOB_TOKEN_FILE"; echo',
+    )
+    sub = Submission(
+        spec.job_id,
+        uuid.uuid4().hex,
+        spec,
+        "marin",
+        int(time.time() * 1000),
+        job_env={"IRIS_FEDERATION_URL": "http://127.0.0.1:9", "IRIS_JOB_TOKEN": first},
+    )
+    backend.submit(sub)
+    wait_for(lambda: backend.logs(spec.job_id).lines == (f"[replica 0] {first}",), "the job to read its first token")
+    live = [(spec.job_id, sub.nonce)]
+    if target.kubernetes:
+        first_expiry = jwt.decode(first, options={"verify_signature": False})["exp"]
+        assert backend.job_tokens_due(live, lambda expires: expires == first_expiry) == set(live)
+        assert backend.job_tokens_due(live, lambda expires: False) == set()
+        assert backend.job_tokens_due([(spec.job_id, "another-nonce")], lambda expires: True) == set()
+        [made] = (
+            client.BatchV1Api(target.admin)
+            .list_namespaced_job(target.namespace, label_selector=f"{JOB_KEY_LABEL}={job_key(spec.job_id)}")
+            .items
+        )
+        assert first not in json.dumps(client.ApiClient().sanitize_for_serialization(made))
+    assert not backend.write_job_token(spec.job_id, "another-nonce", renewed)
+    assert backend.write_job_token(spec.job_id, sub.nonce, renewed)
+    wait_state(backend, spec.job_id, JobState.SUCCEEDED)
+    assert backend.logs(spec.job_id).lines == (f"[replica 0] {first}", f"[replica 0] {renewed}")
 
 
 def test_a_job_hands_back_the_json_replica_0_wrote_at_iris_result(target, backend):
