@@ -6,8 +6,8 @@ the first token, for the file ``<$SERVING_GATE_DIR>/<gate>`` before sending the 
 prove the first token arrived while the server was still holding the others. ``POST /shutdown``
 ends the job (exit 0). ``GET /redirect`` answers 302 to the root-relative ``/landed``;
 ``POST /ndjson`` streams the tokens as chunked JSON lines, gated the same way; ``POST /echo``
-reads the body in pieces and answers its size and SHA-256; ``GET /ws`` is a
-WebSocket echo. ``$SERVING_LIFETIME_S``
+reads the body in pieces and answers its size and SHA-256; ``POST /endless`` streams chunked lines
+until the caller goes away, and says so in its output; ``GET /ws`` is a WebSocket echo. ``$SERVING_LIFETIME_S``
 (optional) stops the server after that many seconds.
 """
 
@@ -77,6 +77,25 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
+    def _endless(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = 0
+        deadline = time.monotonic() + GATE_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                line = json.dumps({"line": sent}).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                sent += 1
+                time.sleep(0.05)
+        except OSError:  # the connection was closed from the other end
+            sys.stdout.write(f"served: /endless: the caller went away after {sent} lines\n")
+            sys.stdout.flush()
+        self.close_connection = True
+
     def _echo_websocket(self) -> None:
         """A WebSocket (RFC 6455) that echoes each text or binary message until the client closes."""
         accept = base64.b64encode(hashlib.sha1(self.headers["Sec-WebSocket-Key"].encode() + WS_GUID).digest())
@@ -121,6 +140,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path == "/ndjson":  # the same tokens as chunked JSON lines, gated the same way
             self._chunked_lines(json.loads(self.rfile.read(length) or b"{}"))
+            return
+        if self.path == "/endless":  # chunked lines until the caller goes away, which it then logs
+            self._endless()
             return
         if self.path == "/echo":
             digest, left = hashlib.sha256(), length

@@ -26,7 +26,6 @@ from urllib.parse import quote
 import httpx
 from fastapi import Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
@@ -115,6 +114,24 @@ def without_airflow_cookies(header: str) -> str:
     return "; ".join(f"{name}={morsel.coded_value}" for name, morsel in jar.items() if name not in AIRFLOW_COOKIES)
 
 
+class UpstreamResponse(StreamingResponse):
+    """The served app's answer, streamed as it comes; its connection closed however the stream ends.
+
+    Starlette runs a response's background task only when the stream ends well: under an ASGI server
+    that reports a caller hanging up as an error (spec 2.4), a ``BackgroundTask(aclose)`` would be
+    skipped and the app would go on streaming (a model, spending its accelerator) to nobody."""
+
+    def __init__(self, answer: httpx.Response) -> None:
+        super().__init__(answer.aiter_raw(), status_code=answer.status_code)
+        self.answer = answer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.answer.aclose()
+
+
 async def forward(
     request: Request, url: str, extra_headers: dict[str, str], location_prefix: str | None, origin: str
 ) -> Response:
@@ -135,9 +152,7 @@ async def forward(
             (k, rewrite_location(v, prefix=location_prefix, upstream_origin=origin) if k.lower() == "location" else v)
             for k, v in headers
         ]
-    response = StreamingResponse(
-        answer.aiter_raw(), status_code=answer.status_code, background=BackgroundTask(answer.aclose)
-    )
+    response = UpstreamResponse(answer)
     response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
     return response
 

@@ -170,6 +170,23 @@ def test_a_chunked_stream_arrives_line_by_line_despite_the_api_servers_compressi
     assert seen == TOKENS
 
 
+@pytest.mark.parametrize("relayed", [True, False], ids=["through-the-relay", "directly"])
+def test_a_caller_going_away_mid_stream_closes_the_stream_to_the_app(stage: Stage, relayed: bool) -> None:
+    """A model streaming to nobody would go on spending its accelerator: when the caller hangs up,
+    the proxy (each hop of it) hangs up on the app too."""
+    url = stage.minted() if relayed else stage.serving.urls_for(stage.job_id, "n1", "cpu", ["http"])["http"]
+    if not relayed:
+        url = url.replace(f"/proxy/t/cluster={CLUSTER}/", "/proxy/t/")
+    with httpx.Client(timeout=60) as client, client.stream("POST", url + "endless", json={}) as response:
+        assert response.status_code == 200
+        assert json.loads(next(response.iter_lines())) == {"line": 0}
+    wait_for(
+        lambda: any("/endless: the caller went away" in line for line in stage.backend.logs(stage.job_id).lines),
+        "the app to see its caller go away",
+        timeout=30,
+    )
+
+
 def test_a_large_request_body_streams_to_the_app_intact(stage: Stage) -> None:
     piece = bytes(range(256)) * 4096  # 1 MiB
     pieces = 24
