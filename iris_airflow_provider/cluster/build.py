@@ -117,13 +117,17 @@ def build_federation(
     store: FederationStore,
     endpoints: Mapping[str, PeerEndpoint] | None = None,
     job_tokens: JobTokens | None = None,
+    *,
+    own_url: str = "",
 ) -> Federation:
     """The federation of a cluster file: its local backends and its peers, built from it; with
-    ``job_tokens``, every job it launches can call back (submit children)."""
+    ``job_tokens``, every job it launches can call back (submit children); ``own_url``: where users reach
+    this cluster's api-server (the origin of its serving relay, unless ``federation.public_parent`` says)."""
     return Federation(
         config,
         store,
         backends=build_local_backends(config),
         peers=build_peers(config, endpoints),
         job_tokens=job_tokens,
+        own_url=own_url,
     )

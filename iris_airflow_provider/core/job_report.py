@@ -48,6 +48,9 @@ class JobReport:
     result: str | None = None
     # A root's tree as the peer running it reports it (None: a runner that reports no children).
     children: tuple[ChildReport, ...] | None = None
+    # The serving URL of each named port, as the peer running a handed-off job minted them (None: not
+    # reported). The parent keeps only those core/serving.py's ``accepted_serving_urls`` accepts.
+    serving_urls: Mapping[str, str] | None = None
 
 
 def projected(source: object, target: type[T], **overrides: Any) -> T:

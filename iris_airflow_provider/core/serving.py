@@ -14,6 +14,7 @@ Pure: the clock comes in as ``now_s``; nothing here reads a file or the network.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -226,3 +227,61 @@ def check_public_parent(value: str) -> str:
     if parts.scheme == "http" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError(f"must be https:// (capability tokens travel in the URL), got {value!r}")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+# What a peer says it serves ----------------------------------------------------------------------
+
+MAX_SERVING_URL_CHARS = 2048
+# A JWT in compact form: base64url segments joined by dots (one path segment, nothing to escape).
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+){0,4}")
+
+
+@dataclass(frozen=True, slots=True)
+class ServingOrigins:
+    """Where a parent accepts the serving URLs a peer reports for a job it handed there: its own relay
+    for that peer (``<relay_origin>/proxy/t/cluster=<peer_id>/...``), or the peer's own api-server as
+    the parent configured it (``<peer_url>/proxy/t/...``)."""
+
+    peer_id: str
+    relay_origin: str  # the parent's public origin: federation.public_parent, else its own api URL
+    peer_url: str  # "" for a peer without an api-server (agentless)
+
+
+def accepted_serving_urls(
+    reported: Mapping[str, str], *, declared_ports: Iterable[str], origins: ServingOrigins
+) -> tuple[dict[str, str], list[str]]:
+    """The URLs of ``reported`` a parent may show, log and push for a job it handed to
+    ``origins.peer_id`` (so a lying peer cannot plant a link to elsewhere), and why each other one
+    was dropped. Each must be, for one of the job's ``declared_ports`` named by its key, exactly
+    ``<relay_origin>/proxy/t/cluster=<peer_id>/<token>/<port>/`` or ``<peer_url>/proxy/t/<token>/<port>/``,
+    the token one path segment of a JWT's characters, and at most MAX_SERVING_URL_CHARS long."""
+    declared = set(declared_ports)
+    prefixes = []
+    if origins.relay_origin:
+        prefixes.append(f"{origins.relay_origin.rstrip('/')}{CAPABILITY_ROUTE}/{RELAY_TAG}{origins.peer_id}/")
+    if origins.peer_url:
+        prefixes.append(f"{origins.peer_url.rstrip('/')}{CAPABILITY_ROUTE}/")
+    accepted: dict[str, str] = {}
+    dropped: list[str] = []
+    for port, url in reported.items():
+        problem = _serving_url_problem(port, url, declared, prefixes)
+        if problem:
+            dropped.append(f"port {str(port)[:40]!r}: {problem}")
+        else:
+            accepted[port] = url
+    return accepted, dropped
+
+
+def _serving_url_problem(port: object, url: object, declared: set[str], prefixes: list[str]) -> str:
+    if not isinstance(port, str) or port not in declared:
+        return "the job declares no such port"
+    if not isinstance(url, str):
+        return "not a URL"
+    if len(url) > MAX_SERVING_URL_CHARS:
+        return f"longer than {MAX_SERVING_URL_CHARS} characters"
+    for prefix in prefixes:
+        if url.startswith(prefix):
+            token, slash, rest = url[len(prefix) :].partition("/")
+            if slash and rest == f"{port}/" and TOKEN_PATTERN.fullmatch(token):
+                return ""
+    return "not this cluster's relay for the peer, nor the peer's own api-server, serving that port"

@@ -61,7 +61,9 @@ def get_federation(conn_id: str | None = None) -> Federation:
         if federation is None:
             config = cluster_config()
             store = FederationStoreHook(conn_id).get_store()
-            federation = build_federation(config, store, peer_endpoints(config), job_tokens(config.name))
+            federation = build_federation(
+                config, store, peer_endpoints(config), job_tokens(config.name), own_url=own_url()
+            )
             _federations[key] = federation
         return federation
 
@@ -126,5 +128,17 @@ def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = N
     with _lock:
         receiver = _receivers.get(key)
         if receiver is None:
-            receiver = _receivers[key] = Receiver(federation, start_run=start_run)
+            receiver = _receivers[key] = Receiver(federation, start_run=start_run, serving_urls=_mint_serving_urls)
         return receiver
+
+
+def _mint_serving_urls(job: JobRecord) -> dict[str, str]:
+    """Where this cluster serves a received job's ports, for its requester's sync."""
+    from iris_airflow_provider.hooks.serving import get_serving  # it builds on this module's federation
+
+    return get_serving().urls(job)
+
+
+def own_url() -> str:
+    """This cluster's api-server as users reach it: Airflow's ``[api] base_url``."""
+    return (conf.get("api", "base_url", fallback="") or "http://localhost:8080").rstrip("/")

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import threading
 
-from airflow.providers.common.compat.sdk import conf
-
 from iris_airflow_provider.cluster.config import AirflowPeerConfig
 from iris_airflow_provider.hooks.cluster_configuration import cluster_config, cluster_config_source
 from iris_airflow_provider.hooks.federation_peer import peer_endpoints
-from iris_airflow_provider.hooks.runtime import get_federation
+from iris_airflow_provider.hooks.runtime import get_federation, own_url
 from iris_airflow_provider.services.serving import Serving, read_secret
 
 _lock = threading.Lock()
 _serving: dict[tuple[str, str], Serving] = {}
 _relays: dict[tuple[str, str], dict[str, str]] = {}
-
-
-def own_url() -> str:
-    """This cluster's api-server as users reach it: Airflow's ``[api] base_url``."""
-    return (conf.get("api", "base_url", fallback="") or "http://localhost:8080").rstrip("/")
 
 
 def get_serving() -> Serving:

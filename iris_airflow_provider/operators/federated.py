@@ -33,9 +33,8 @@ from iris_airflow_provider.core.ownership import OwnershipError, check_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_bundle_store, get_federation
-from iris_airflow_provider.hooks.serving import get_serving
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
-from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, serving_urls
+from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, current_serving_urls, serving_urls
 from iris_airflow_provider.operators.workdir import WorkdirError, WorkdirTooLargeError, bundle_workdir, pack_workdir
 from iris_airflow_provider.services.submit import IdentityError
 from iris_airflow_provider.store.async_store import JobSnapshot
@@ -131,6 +130,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         self.cancel_on_kill = cancel_on_kill
         self.job_id: str | None = None
         self._announced: str | None = None  # the job whose ids this try has pushed to XCom
+        self._serving_announced = ""  # the incarnation whose serving URLs this try has logged and pushed
 
     # Rendering -------------------------------------------------------------------------------------
 
@@ -301,10 +301,18 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.job_id)
         ti.xcom_push(key="disposition", value=_disposition(job))
         ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(job.job_id))  # visible while deferred
+        self._announce_serving(job, context)
+        self._announced = job.job_id
+
+    def _announce_serving(self, job: JobRecord, context: Context) -> None:
+        """Log the job's serving URLs and push them to XCom, once per incarnation: a job handed to a
+        peer has them only once it runs there (the peer mints them), so they may come later."""
+        if self._serving_announced == job.nonce:
+            return
         urls = serving_urls(job, self.log)
         if urls:
-            ti.xcom_push(key=SERVING_URLS_XCOM_KEY, value=urls)
-        self._announced = job.job_id
+            context["ti"].xcom_push(key=SERVING_URLS_XCOM_KEY, value=urls)
+            self._serving_announced = job.nonce
 
     def get_job_status(self, external_id: Any, context: Context) -> str:
         job = get_federation(self.conn_id).store.get_job(str(external_id))
@@ -328,24 +336,33 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         if self.wait_for == "none":
             return
         until = "completion" if self.wait_for == "completion" else "accepted"
-        deadline_ms = self._deadline_ms(context)
         if self.deferrable:
-            timeout = None
-            if deadline_ms is not None:
-                timeout = timedelta(milliseconds=max(0, deadline_ms - time.time() * 1000)) + DEFER_TIMEOUT_GRACE
-            self.defer(
-                trigger=FederationJobTrigger(
-                    job_id,
-                    until=until,
-                    conn_id=self.conn_id,
-                    poll_interval=self.poll_interval,
-                    deadline_ms=deadline_ms,
-                    kill_action=submitter_kill_action(self.cancel_on_kill),
-                ),
-                method_name="execute_complete",
-                timeout=timeout,
-            )
-        self._wait_on_worker(job_id, until)
+            self._defer(job_id, context)
+        self._wait_on_worker(job_id, until, context)
+
+    def _defer(self, job_id: str, context: Context, *, log_after_seq: int = 0) -> None:
+        """Wait in the triggerer; it also wakes the task when a handed-off job's serving URLs arrive
+        (``serving`` event), which then announces them and waits again."""
+        until = "completion" if self.wait_for == "completion" else "accepted"
+        deadline_ms = self._deadline_ms(context)
+        timeout = None
+        if deadline_ms is not None:
+            timeout = timedelta(milliseconds=max(0, deadline_ms - time.time() * 1000)) + DEFER_TIMEOUT_GRACE
+        self.defer(
+            trigger=FederationJobTrigger(
+                job_id,
+                until=until,
+                conn_id=self.conn_id,
+                poll_interval=self.poll_interval,
+                deadline_ms=deadline_ms,
+                kill_action=submitter_kill_action(self.cancel_on_kill),
+                announce_serving=until == "completion",
+                serving_announced=self._serving_announced,
+                log_after_seq=log_after_seq,
+            ),
+            method_name="execute_complete",
+            timeout=timeout,
+        )
 
     def get_job_result(self, external_id: Any, context: Context) -> dict[str, Any]:
         return self._finish(str(external_id), context)
@@ -360,6 +377,14 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             raise AirflowTaskTimeout(f"Timed out waiting for job {job_id}, so it was cancelled: {event['message']}")
         if status == "missing":
             raise AirflowException(event["message"])
+        if status == "serving":  # the peer running the job reported its serving URLs: say so, wait on
+            self._serving_announced = str(event.get("announced") or "")  # by an earlier resumption
+            job = get_federation(self.conn_id).store.get_job(job_id)
+            if job is not None and not job.terminal:
+                self._announce_serving(job, context)
+                if job.nonce == event.get("nonce"):  # announced now (or nothing left to): not again for it
+                    self._serving_announced = job.nonce
+                self._defer(job_id, context, log_after_seq=int(event.get("log_seq") or 0))
         return self._finish(job_id)
 
     def _finish(self, job_id: str, context: Context | None = None) -> dict[str, Any]:
@@ -382,7 +407,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             "result": job_result(store, job),
         }
         if job.spec.get("ports") and not job.terminal:  # a finished job serves nothing
-            result["serving_urls"] = get_serving().urls(job)
+            result["serving_urls"] = current_serving_urls(job)
         if job.state in (JobState.SUCCEEDED,) or not job.terminal:
             return result
         message = describe_record(job)
@@ -392,7 +417,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(message)  # a retry runs the job again, as a new incarnation
         raise AirflowFailException(message)  # cancelled, rejected or unschedulable: retrying will not help
 
-    def _wait_on_worker(self, job_id: str, until: str) -> None:
+    def _wait_on_worker(self, job_id: str, until: str, context: Context) -> None:
         from iris_airflow_provider.triggers.federation import reached
 
         store = get_federation(self.conn_id).store
@@ -408,6 +433,8 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
                     last = now
                 if job.terminal or reached(snapshot_of(job), until):
                     return
+                if job.serving_urls:  # a handed-off job's peer reported them: once per incarnation
+                    self._announce_serving(job, context)
                 time.sleep(self.poll_interval)
         except AirflowTaskTimeout:
             get_federation(self.conn_id).cancel(job_id)
@@ -450,7 +477,7 @@ def describe_record(job: JobRecord) -> str:
 
 
 def snapshot_of(job: JobRecord) -> JobSnapshot:
-    return projected(job, JobSnapshot)
+    return projected(job, JobSnapshot, serving_reported=job.serving_urls is not None)
 
 
 def _as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:

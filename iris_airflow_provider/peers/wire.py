@@ -18,6 +18,7 @@ from iris_airflow_provider.core.job_ids import JobId
 from iris_airflow_provider.core.job_report import ChildReport, projected
 from iris_airflow_provider.core.job_result import MAX_RESULT_BYTES, ResultError, parse_result
 from iris_airflow_provider.core.limits import MAX_FILES_BYTES
+from iris_airflow_provider.core.serving import MAX_PORTS, MAX_SERVING_URL_CHARS, PORT_NAME_PATTERN
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.peers.base import Handoff, PeerErrorCode
 
@@ -101,6 +102,8 @@ Nonce = Annotated[str, Field(max_length=128), Printable]
 RequiredNonce = Annotated[str, Field(min_length=1, max_length=128), Printable]
 SyncCursor = Annotated[str, Field(max_length=19), AfterValidator(_sync_cursor)]
 LogCursor = Annotated[str, Field(max_length=64 * KiB), Printable]  # its backend checks the rest
+PortName = Annotated[str, Field(pattern=f"^{PORT_NAME_PATTERN.pattern}$")]
+ServingUrl = Annotated[str, Field(max_length=MAX_SERVING_URL_CHARS), Printable]  # the parent checks the rest
 
 
 # HTTP status for each error code, both ways.
@@ -199,6 +202,10 @@ class JobStatus(Body):
     result: Annotated[str, Field(max_length=MAX_RESULT_BYTES)] | None = None
     # The root's tree as it runs there: its children, theirs, and so on (None: not reported).
     children: list[ChildStatus] | None = Field(default=None, max_length=MAX_CHILDREN)
+    # The serving URL of each named port, minted by the peer running the job (None: not reported;
+    # older peers send none, older parents ignore it). The parent accepts only the forms
+    # core/serving.py's accepted_serving_urls allows.
+    serving_urls: dict[PortName, ServingUrl] | None = Field(default=None, max_length=MAX_PORTS)
 
     @field_validator("result")
     @classmethod

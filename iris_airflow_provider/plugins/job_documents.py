@@ -55,20 +55,20 @@ def job_row_document(job: JobRecord, now_ms: int) -> dict[str, Any]:
 
 
 def job_details_document(federation: Federation, job: JobRecord, now_ms: int) -> dict[str, Any]:
-    """A job with its spec, history, pending reasons and output tail, and while it runs here, the
-    serving URL of each of its named ports (minted now, by this cluster)."""
+    """A job with its spec, history, pending reasons and output tail, and while it runs, the serving
+    URL of each of its named ports (:func:`serving_urls_of`)."""
     document = _with_airflow_fields(job_details(federation, job, now_ms), job)
     document["serving_urls"] = serving_urls_of(job)
     return document
 
 
 def serving_urls_of(job: JobRecord) -> dict[str, str]:
-    if not job.spec.get("ports") or job.terminal:
-        return {}
-    from iris_airflow_provider.hooks.serving import get_serving
+    """Where the job serves its ports while it runs: minted now for a job this cluster runs, or as
+    the peer running a job handed to it minted them (checked by the sync before it kept them)."""
+    from iris_airflow_provider.operators.serving_urls import current_serving_urls  # reads Airflow's config
 
     try:
-        return get_serving().urls(job)
+        return current_serving_urls(job)
     except (OSError, ValueError):  # no readable secret: the task log says why
         return {}
 

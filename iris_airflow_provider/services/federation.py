@@ -50,6 +50,7 @@ class Federation:
         clock: Callable[[], int] = now_ms,
         jitter: Callable[[], float] = random.random,
         job_tokens: JobTokens | None = None,
+        own_url: str = "",
     ) -> None:
         self.config = config
         self.store = store
@@ -68,7 +69,15 @@ class Federation:
         )
         runners = Runners(self.backends, self.peers)
         avoid_ms = int(settings.requeue_avoid_seconds * 1000)
-        self.mirror = Mirror(store, runners=runners, clock=clock, timeout_s=settings.heartbeat_timeout_seconds)
+        self.mirror = Mirror(
+            store,
+            runners=runners,
+            clock=clock,
+            timeout_s=settings.heartbeat_timeout_seconds,
+            # Where users reach this cluster's serving relay: the only origin, with the peers' own
+            # api-servers, a peer's serving URLs may point at (core/serving.py).
+            relay_origin=config.federation.public_parent or own_url,
+        )
         self.submitter = Submitter(
             store,
             default_region=config.default_region,

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
 from iris_airflow_provider.core.grace import unreported_job_is_gone
 from iris_airflow_provider.core.job_report import ChildReport
 from iris_airflow_provider.core.job_tree import parent_key
+from iris_airflow_provider.core.serving import ServingOrigins, accepted_serving_urls
 from iris_airflow_provider.core.states import Direction, HandoffState
 from iris_airflow_provider.peers.base import Peer, PeerError, SyncResult
 from iris_airflow_provider.services.fanout import each_peer
@@ -39,6 +40,7 @@ class Mirror:
     runners: Runners
     clock: Callable[[], int]
     timeout_s: float
+    relay_origin: str = ""  # this cluster's public origin, where its serving relay is reached
 
     def sync(self, reported: list[str]) -> list[JobRecord]:
         """Take in what peers and local backends report (appending the ids of jobs whose state changed
@@ -126,8 +128,25 @@ class Mirror:
                 peer = self.runners.peer_of(job) if job.children else None
                 if peer is not None:  # and its children's
                     self.relay_children(job, peer)
-            current.append(job_report)
+            current.append(self._checked_serving_urls(job, job_report))
         return self.store.mirror_many(current, self.clock()) if current else set()
+
+    def _checked_serving_urls(self, job: JobRecord, job_report: JobReport) -> JobReport:
+        """``job_report`` with only the serving URLs this cluster may show for ``job``: those of a job it
+        handed to a peer, pointing at its own relay for that peer or at the peer itself (a lying
+        peer plants no link in the task log, XCom or UI); the others dropped with a warning."""
+        reported = job_report.serving_urls
+        peer = self.runners.peer_of(job) if job.direction is Direction.SENT else None
+        if reported is None or peer is None:
+            return replace(job_report, serving_urls=None) if reported is not None else job_report
+        origins = ServingOrigins(peer.peer_id, self.relay_origin, peer.address)
+        declared = [str(port.get("name")) for port in job.spec.get("ports") or () if isinstance(port, dict)]
+        accepted, dropped = accepted_serving_urls(reported, declared_ports=declared, origins=origins)
+        for problem in dropped:
+            log.warning(
+                "Peer %s reported a serving URL for job %s that is not kept: %s", peer.peer_id, job.job_id, problem
+            )
+        return replace(job_report, serving_urls=accepted)
 
     # Output ------------------------------------------------------------------------------------
 

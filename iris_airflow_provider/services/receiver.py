@@ -71,11 +71,13 @@ def job_status(
     backends: Mapping[str, Backend] | None = None,
     result: str | None = None,
     tree: Sequence[JobRecord] | None = None,
+    serving_urls: Mapping[str, str] | None = None,
 ) -> JobStatus:
     """A received job as the peer API reports it to its requester (under the id the requester knows);
     with ``backends``, its replicas as the backend running it sees them; with ``result``, what it
     handed back (as this cluster's store keeps it); with ``tree``, the children it submitted here
-    (and theirs), which the requester mirrors as part of it."""
+    (and theirs), which the requester mirrors as part of it; with ``serving_urls``, where this cluster
+    serves its named ports (minted here: the requester shows them, it mints none)."""
     replicas: tuple[ReplicaReport, ...] | None = None  # None: as last reported
     backend = (backends or {}).get(job.backend_id)
     if backend is not None:
@@ -88,7 +90,15 @@ def job_status(
             replicas = report.replicas
     report = job.report(replicas)
     children = None if tree is None else tuple(_child_report(job.peer_id, child) for child in tree[:MAX_CHILDREN])
-    return JobStatus.of(replace(report, job_id=wire_job_id(job.peer_id, job.job_id), result=result, children=children))
+    return JobStatus.of(
+        replace(
+            report,
+            job_id=wire_job_id(job.peer_id, job.job_id),
+            result=result,
+            children=children,
+            serving_urls=serving_urls,
+        )
+    )
 
 
 def _child_report(requester: str, child: JobRecord) -> ChildReport:
@@ -110,6 +120,7 @@ class Receiver:
         *,
         start_run: Callable[[JobRecord], None],
         clock: Callable[[], int] = now_ms,
+        serving_urls: Callable[[JobRecord], Mapping[str, str]] | None = None,
     ) -> None:
         self.federation = federation
         self.config: ClusterSettings = federation.config
@@ -117,6 +128,7 @@ class Receiver:
         self.backends: Mapping[str, Backend] = federation.backends
         self.start_run = start_run
         self.clock = clock
+        self.mint_serving_urls = serving_urls  # services/serving.py's Serving.urls, where this cluster mints
 
     # Heartbeat ---------------------------------------------------------------------------------
 
@@ -285,7 +297,7 @@ class Receiver:
             jobs = self.store.received_jobs(caller)
             results = self._results(jobs)
             if sum(len(result) for result in results.values()) <= SYNC_RESULTS_BUDGET:
-                deltas = [job_status(j, self.backends, results.get(j.job_id), self.store.tree(j.job_id)) for j in jobs]
+                deltas = [self._status(j, results.get(j.job_id)) for j in jobs]
                 return SyncResponse(deltas=deltas, next_cursor=str(latest), cursor_stale=True)
             position = 0  # too many results for one answer: every change from the start, over several
         changes = self.store.received_changes(caller, after_seq=max(0, position - SYNC_OVERLAP), limit=SYNC_LIMIT)
@@ -313,8 +325,25 @@ class Receiver:
                     break
             carried += len(result or "")
             new += seq > position
-            deltas.append(job_status(job, self.backends, result, self.store.tree(job.job_id)))
+            deltas.append(self._status(job, result))
         return SyncResponse(deltas=deltas, next_cursor=str(latest))
+
+    def _status(self, job: JobRecord, result: str | None) -> JobStatus:
+        """A received job as a sync reports it: its replicas, result, tree and serving URLs."""
+        return job_status(job, self.backends, result, self.store.tree(job.job_id), self._serving_urls(job))
+
+    def _serving_urls(self, job: JobRecord) -> dict[str, str] | None:
+        """Where this cluster serves the job's named ports while it runs here ({} while it does not
+        run); None for a job without ports, or where this cluster mints no URLs."""
+        if not job.spec.get("ports") or self.mint_serving_urls is None:
+            return None
+        if job.state is not JobState.RUNNING:
+            return {}
+        try:
+            return dict(self.mint_serving_urls(job))
+        except (OSError, ValueError) as error:  # an unreadable secret: the runner task's log says so too
+            log.warning("Cannot mint the serving URLs of job %s: %s", job.job_id, error)
+            return None
 
     def _results(self, jobs: Iterable[JobRecord]) -> dict[str, str]:
         """What the succeeded ones among ``jobs`` handed back, by job key."""

@@ -42,6 +42,7 @@ SNAPSHOT_COLUMNS = (
     jobs.c.updated_at_ms,
     jobs.c.nonce,
     jobs.c.last_log_seq,
+    jobs.c.serving_urls.is_not(None).label("serving_reported"),  # the URLs themselves are read on resuming
 )
 
 
@@ -61,12 +62,14 @@ class JobSnapshot:
     updated_at_ms: int
     nonce: str = ""
     last_log_seq: int = 0
+    serving_reported: bool = False  # a handed-off job's peer reported serving URLs for this incarnation
 
     @classmethod
     def from_row(cls, row: Any) -> JobSnapshot:
         """A row of :data:`SNAPSHOT_COLUMNS`."""
         values = job_values(row._mapping)
         values["reported"] = values.pop("reported_at_ms") is not None
+        values["serving_reported"] = bool(values.get("serving_reported"))  # SQLite answers 0 or 1
         return cls(**values)
 
     @property

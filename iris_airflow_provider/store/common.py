@@ -154,7 +154,7 @@ def set_terminal(
     changed = connection.execute(
         jobs.update()
         .where(jobs.c.job_id == job_id, not_terminal())
-        .values(state=state.value, error=error, finished_at_ms=now_ms, **touched(now_ms))
+        .values(state=state.value, error=error, finished_at_ms=now_ms, serving_urls=sa.null(), **touched(now_ms))
     ).rowcount
     if changed:
         event(connection, job_id, now_ms, "state", state, handoff, peer_id, error)

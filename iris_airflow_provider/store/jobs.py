@@ -200,7 +200,7 @@ class Jobs(StoreBase):
         if to_state is JobState.RUNNING:
             values["started_at_ms"] = sa.func.coalesce(jobs.c.started_at_ms, now_ms)
         if to_state.terminal:
-            values["finished_at_ms"] = now_ms
+            values.update(finished_at_ms=now_ms, serving_urls=sa.null())
         if reported:
             values["reported_at_ms"] = sa.func.coalesce(jobs.c.reported_at_ms, now_ms)
         allowed = jobs.c.state.in_([s.value for s in from_states]) if from_states is not None else not_terminal()
@@ -223,7 +223,13 @@ class Jobs(StoreBase):
             row = connection.execute(
                 jobs.update()
                 .where(jobs.c.job_id == job_id, jobs.c.nonce == nonce, not_terminal())
-                .values(state=JobState.FAILED.value, error=error, finished_at_ms=now_ms, **touched(now_ms))
+                .values(
+                    state=JobState.FAILED.value,
+                    error=error,
+                    finished_at_ms=now_ms,
+                    serving_urls=sa.null(),
+                    **touched(now_ms),
+                )
                 .returning(jobs.c.handoff_state, jobs.c.peer_id)
             ).first()
             if row is None:
@@ -341,6 +347,7 @@ def incarnation(new: NewIncarnation, now_ms: int) -> dict[str, Any]:
         "requeue_count": 0,
         "avoided_peers": {},
         "holding_since_ms": None,
+        "serving_urls": sa.null(),
         "log_cursor": "",
         "last_log_seq": 0,
         "origin_dag_id": new.origin.dag_id if new.origin else None,

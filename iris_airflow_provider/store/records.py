@@ -142,6 +142,9 @@ class JobRecord:
     placement: str | None = None  # what placement reads of the spec (core/placement_projection.py)
     # A handed-off root's children as its peer last reported them (store/trees.py): JSON objects.
     children: tuple[Mapping[str, Any], ...] = ()
+    # A handed-off job's serving URLs as its peer minted them for this incarnation, once checked
+    # (store/reports.py); None until the peer reports any, and once the job ends.
+    serving_urls: Mapping[str, str] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobRecord:

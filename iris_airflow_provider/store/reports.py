@@ -56,7 +56,7 @@ class Reports(StoreBase):
         shared: dict[Hashable, list[JobReport]] = defaultdict(list)
         with self._write() as connection:
             for report in reports:
-                if report.state.terminal:  # its own error and result: on its own
+                if report.state.terminal or report.serving_urls:  # its own error, result or URLs: on its own
                     changed.update(_mirror(connection, [report], now_ms))
                 else:
                     shared[_shape(report)].append(report)
@@ -132,6 +132,14 @@ def _mirror(connection: sa.Connection, batch: Sequence[JobReport], now_ms: int) 
         values["holding_since_ms"] = sa.func.coalesce(jobs.c.holding_since_ms, now_ms)
     if report.state.terminal:
         values.update(error=report.error, exit_code=report.exit_code, finished_at_ms=report.finished_at_ms or now_ms)
+        values["serving_urls"] = sa.null()  # a finished incarnation serves nothing
+    elif report.serving_urls:
+        # The first URLs the peer reports for this incarnation are kept (they open its ports until
+        # they expire there); the condition on the nonce keeps another incarnation's away.
+        values["serving_urls"] = sa.func.coalesce(
+            jobs.c.serving_urls, sa.literal(dict(report.serving_urls), jobs.c.serving_urls.type)
+        )
+        changed = sa.or_(changed, jobs.c.serving_urls.is_(None))
     if report.state is JobState.KILLED:
         values["error"] = _killed_error(connection, report)
     if report.started_at_ms is not None:

@@ -106,6 +106,7 @@ def requeue_locked(
             requeue_count=jobs.c.requeue_count + 1,
             avoided_peers=avoided,
             holding_since_ms=None,
+            serving_urls=sa.null(),  # the new incarnation's peer mints its own
             delivery_attempts=0,
             next_delivery_at_ms=None,
             last_delivery_error=reason,

@@ -22,6 +22,8 @@ metadata = sa.MetaData(
 VERSION_TABLE = "iris_alembic_version"  # Alembic's bookkeeping, named so it cannot clash with a host's own
 
 Json = sa.JSON().with_variant(JSONB(), "postgresql")
+# A JSON column whose Python None is SQL NULL (not JSON null), so that "IS NULL" means "none".
+NullableJson = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 DIRECTIONS = ("local", "sent", "received")
 HANDOFF_STATES = ("queued", "pending", "handed_off", "rejected")
@@ -97,6 +99,9 @@ jobs = sa.Table(
     # A handed-off root's children as its peer last reported them (a tree runs on one cluster):
     # [{"job_id", "state", "exit_code", "error", "started_at_ms", "finished_at_ms", "log_cursor"}].
     sa.Column("children", Json, nullable=False, server_default=sa.text("'[]'")),
+    # A handed-off job's serving URLs ({port name: URL}) as its peer minted them for the incarnation
+    # running now, once checked (core/serving.py); NULL until the peer reports any, and again once it ends.
+    sa.Column("serving_urls", NullableJson, nullable=True),
     sa.CheckConstraint(_in("direction", DIRECTIONS), name="direction"),
     sa.CheckConstraint(_in("state", JOB_STATES), name="state"),
     sa.CheckConstraint(

@@ -66,6 +66,9 @@ class FederationJobTrigger(BaseTrigger):
         deadline_ms: int | None = None,
         kill_action: KillAction | str = KillAction.IGNORE,
         cancel_on_kill: bool | None = None,  # how waits deferred by an earlier version said it
+        announce_serving: bool = False,
+        serving_announced: str = "",
+        log_after_seq: int = 0,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # BaseTrigger is untyped
         if until not in WAIT_UNTIL:
@@ -78,6 +81,11 @@ class FederationJobTrigger(BaseTrigger):
         if cancel_on_kill is not None:  # True was the operator's wait, False the sensor's
             kill_action = KillAction.CHECK if cancel_on_kill else KillAction.IGNORE
         self.kill_action = KillAction(kill_action)
+        # Fire a "serving" event when a handed-off job's peer reported serving URLs for an incarnation
+        # other than ``serving_announced`` (the nonce the task already logged and pushed them for).
+        self.announce_serving = announce_serving
+        self.serving_announced = serving_announced
+        self.log_after_seq = log_after_seq  # the job's output up to here is in the task log already
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -89,13 +97,16 @@ class FederationJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "deadline_ms": self.deadline_ms,
                 "kill_action": self.kill_action.value,
+                "announce_serving": self.announce_serving,
+                "serving_announced": self.serving_announced,
+                "log_after_seq": self.log_after_seq,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         url = await FederationStoreHook(self.conn_id).aget_url()
         poller = SharedJobPoller.for_store(url, self.poll_interval)
-        queue = poller.subscribe(self.job_id)
+        queue = poller.subscribe(self.job_id, after_seq=self.log_after_seq)
         reasons: list[str] = []
         try:
             event = await self._wait(queue, reasons)
@@ -106,7 +117,7 @@ class FederationJobTrigger(BaseTrigger):
 
     async def _wait(self, queue: asyncio.Queue[Message], reasons: list[str]) -> dict[str, Any]:
         last: JobSnapshot | None = None
-        relayed_to = 0  # the job's output has been written to the task log up to this line
+        relayed_to = self.log_after_seq  # the job's output has been written to the task log up to this line
         finished_at: float | None = None  # when the job got as far as we wait for
         while True:
             timeout = None
@@ -146,6 +157,18 @@ class FederationJobTrigger(BaseTrigger):
             last = snapshot
             if finished_at is None and reached(snapshot, self.until):
                 finished_at = time.monotonic()
+            if finished_at is None and self._serving_news(snapshot):
+                event = self._event("serving", snapshot, reasons, f"Job {self.job_id} serves its ports")
+                return {**event, "nonce": snapshot.nonce, "announced": self.serving_announced, "log_seq": relayed_to}
+
+    def _serving_news(self, snapshot: JobSnapshot) -> bool:
+        """Whether the task has yet to announce the serving URLs of the job's incarnation running now."""
+        return (
+            self.announce_serving
+            and snapshot.serving_reported
+            and not snapshot.terminal
+            and snapshot.nonce != self.serving_announced
+        )
 
     def _relay(self, output: LogLines, snapshot: JobSnapshot | None) -> None:
         """The job's own output, into the task log: new lines only, at most a bounded number per poll."""

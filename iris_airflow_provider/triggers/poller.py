@@ -87,8 +87,12 @@ class SharedJobPoller:
     def queries(self) -> int:
         return self.store.queries
 
-    def subscribe(self, job_id: str) -> asyncio.Queue[Message]:
+    def subscribe(self, job_id: str, *, after_seq: int = 0) -> asyncio.Queue[Message]:
+        """A queue of the job's snapshots and new output; ``after_seq``: its output up to that line was
+        already relayed to this waiter (a task deferred again in the same try)."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
+        if after_seq and job_id not in self.watchers:
+            self.log_positions[job_id] = after_seq
         self.watchers.setdefault(job_id, []).append(queue)
         if job_id in self.latest:
             queue.put_nowait(self.latest[job_id])

@@ -4,7 +4,8 @@ The parent ``marin`` pins a job to its Airflow peer ``cw-east``; the job is the 
 OpenAI-style server of ``devtools/served_app.py`` on its named port ``http``. ``cw-east`` has
 ``federation.public_parent`` set to marin's api-server, so the URL it mints (its runner task's log
 and XCom) is marin's relay, ``/proxy/t/cluster=cw-east/<token>/http/``; marin forwards it blindly
-(it has no serving secret at all), and cw-east checks the token and serves.
+(it has no serving secret at all), and cw-east checks the token and serves. marin's own task logs
+and pushes the URL cw-east reported for it, and marin's Federation page shows it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class Serving:
     url: str  # the URL cw-east minted: marin's relay
     gates: Path
     job_key: str  # where cw-east keeps the job
+    run: str  # marin's run of e2e_job that submitted it
+    job_id: str  # the job on marin
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +121,7 @@ backends: [{{id: default, kind: process}}]
 
         _wait(answers, "the served app to answer through marin")
         try:
-            yield Serving(parent, peer, running.peer_store, url, gates, f"marin:{job_id}")
+            yield Serving(parent, peer, running.peer_store, url, gates, f"marin:{job_id}", run, job_id)
         finally:  # failing the run cancels the job, which stops it on the peer
             parent.set_run_state("e2e_job", run, "failed")
             _wait(lambda: running.peer_store.get_job(f"marin:{job_id}").terminal, "the served job to stop on the peer")
@@ -136,11 +139,17 @@ def test_the_peer_mints_the_parents_relay_url_and_logs_it(serving: Serving) -> N
 
 
 def test_an_openai_stream_on_the_peer_arrives_token_by_token_through_the_parent(serving: Serving) -> None:
-    body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "hi"}], "gate": "e2e-stream"}
+    assert stream(serving.url, serving.gates, "e2e-stream") == TOKENS
+
+
+def stream(url: str, gates: Path, gate: str) -> list[str]:
+    """The tokens of a streamed completion at ``url``; the first must arrive while the served app
+    still holds the rest behind ``gate``."""
+    body = {"model": "tiny", "stream": True, "messages": [{"role": "user", "content": "hi"}], "gate": gate}
     seen: list[str] = []
     with (
         httpx.Client(timeout=120) as client,
-        client.stream("POST", serving.url + "v1/chat/completions", json=body) as response,
+        client.stream("POST", url + "v1/chat/completions", json=body) as response,
     ):
         assert response.status_code == 200
         lines = response.iter_lines()
@@ -149,14 +158,43 @@ def test_an_openai_stream_on_the_peer_arrives_token_by_token_through_the_parent(
                 seen.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
                 break
         # Two hops, and the served app still holds the later tokens behind its gate.
-        assert seen == ["Hello"] and not (serving.gates / "e2e-stream").exists()
-        (serving.gates / "e2e-stream").touch()
+        assert seen == ["Hello"] and not (gates / gate).exists()
+        (gates / gate).touch()
         for line in lines:
             if line == "data: [DONE]":
                 break
             if line.startswith("data: "):
                 seen.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
-    assert seen == TOKENS
+    return seen
+
+
+def test_the_parents_task_logs_and_pushes_the_url_the_peer_minted_and_its_page_shows_it(serving: Serving) -> None:
+    """marin mints nothing: its task announces the relayed URL cw-east reported (once marin checked
+    it is marin's own relay for cw-east), once, and the job's page on marin shows it."""
+    parent = serving.parent
+
+    def pushed() -> dict[str, str] | None:
+        try:
+            return dict(parent.xcom("e2e_job", serving.run, "run", key="serving_urls"))
+        except httpx.HTTPStatusError:
+            return None
+
+    urls = _wait(pushed, "the serving URLs in marin's task XCom")
+    relay = f"{parent.base_url}/proxy/t/cluster=cw-east/"
+    assert list(urls) == ["http"] and urls["http"].startswith(relay + "eyJ") and urls["http"].endswith("/http/")
+    line = f"Serving port http of job {serving.job_id} at {relay}eyJ***"
+
+    def logged() -> str | None:
+        log = parent.task_log("e2e_job", serving.run, "run")
+        return log if line in log else None
+
+    log = _wait(logged, line)
+    assert log.count("Serving port http of job") == 1, log
+    # Woken to announce it, the task waited on: it neither submitted again nor reattached.
+    assert log.count(f"Submitted job {serving.job_id}") == 1 and "Reattached to job" not in log, log
+    describe = parent.api("GET", "/iris/federation/ui/api/jobs/describe", params={"job_id": serving.job_id})
+    assert describe.json()["serving_urls"] == urls
+    assert stream(urls["http"], serving.gates, "e2e-parent-stream") == TOKENS
 
 
 def test_a_root_relative_redirect_round_trips_through_the_parent(serving: Serving) -> None:
