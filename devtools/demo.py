@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {user:<6} submitted {title}")
             time.sleep(1)
         if peer_deployment is not None:
-            show_serving(deployment, peer_deployment, runs[-1][2])
+            show_serving(deployment, runs[-1][2])
         ended = watch(deployment, runs)
         unexpected = surprises(jobs, ended)
         if unexpected:
@@ -322,35 +322,24 @@ def watch(deployment: AirflowDeployment, runs: list[tuple[str, str, str]]) -> li
         store.dispose()
 
 
-def show_serving(parent: AirflowDeployment, peer: AirflowDeployment, run_id: str) -> None:
-    """Wait for the serving job to listen on cw-east, print the URL cw-east minted for it (marin's
-    relay), stream a chat completion through it with curl, then end the job."""
+def show_serving(parent: AirflowDeployment, run_id: str) -> None:
+    """Wait for the serving job marin handed to cw-east to listen, print its URL as marin's user finds
+    it (the task's XCom on marin: the URL cw-east minted, through marin's relay, which marin checked),
+    stream a chat completion through it with curl, then end the job."""
     import httpx
 
-    from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID, runner_run_id
-    from iris_airflow_provider.store.store import FederationStore
-
-    parent_store, peer_store = FederationStore.from_url(parent.store_url), FederationStore.from_url(peer.store_url)
     deadline = time.monotonic() + 180
     url = ""
-    try:
-        while not url and time.monotonic() < deadline:
-            time.sleep(1)
-            job = next((j for j in parent_store.list_jobs(limit=1000) if j.origin and j.origin.run_id == run_id), None)
-            received = peer_store.get_job(f"marin:{job.job_id}") if job is not None else None
-            if received is None:
-                continue
-            try:
-                urls = peer.xcom(RUNNER_DAG_ID, runner_run_id(received.job_id, received.nonce), "run", "serving_urls")
-                url = str(urls["http"]) if httpx.get(urls["http"] + "ready", timeout=30).status_code == 200 else ""
-            except (httpx.HTTPError, KeyError, TypeError):
-                continue
-    finally:
-        parent_store.dispose()
-        peer_store.dispose()
+    while not url and time.monotonic() < deadline:
+        time.sleep(1)
+        try:
+            urls = parent.xcom("federated_job", run_id, "run", "serving_urls")
+            url = str(urls["http"]) if httpx.get(urls["http"] + "ready", timeout=30).status_code == 200 else ""
+        except (httpx.HTTPError, KeyError, TypeError):
+            continue
     if not url:
         raise DeploymentError("the serving job on cw-east did not answer through marin within 3 minutes")
-    say(f"\nThe chat server runs on cw-east; cw-east minted this URL, through marin:\n  {url}")
+    say(f"\nThe chat server runs on cw-east; marin's task shows the URL cw-east minted, through marin:\n  {url}")
     command = ["curl", "-sN", f"{url}v1/chat/completions", "-H", "Content-Type: application/json", "-d", CHAT_REQUEST]
     say("$ " + " ".join(f"'{part}'" if " " in part or "{" in part else part for part in command))
     if shutil.which("curl"):
