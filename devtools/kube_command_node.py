@@ -361,6 +361,8 @@ class CommandNode:
         status = {
             "phase": phase,
             "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",  # its processes listen on this machine's loopback
+            "podIPs": [{"ip": "127.0.0.1"}],
             "startTime": rfc3339(run.started_at),
             "containerStatuses": statuses,
             "conditions": [

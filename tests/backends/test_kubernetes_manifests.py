@@ -78,6 +78,28 @@ def test_the_coordinator_port_must_be_a_tcp_port() -> None:
         KubernetesBackendConfig.model_validate({"id": "k", "kind": "kubernetes", "coordinator_port": 70000})
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"serving_port_base": 80}, "serving_port_base\n  Input should be greater than or equal to 1024"),
+        ({"serving_port_base": 65530}, "serving_port_base\n  Input should be less than or equal to 65519"),
+        ({"serving_port_base": 29490}, "ports 29490-29505 would include coordinator_port 29500; move one of them"),
+    ],
+)
+def test_the_serving_ports_are_tcp_ports_clear_of_the_coordinator(settings: dict[str, int], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        KubernetesBackendConfig.model_validate({"id": "k", "kind": "kubernetes", **settings})
+
+
+def test_named_ports_are_numbered_from_the_backends_serving_port_base() -> None:
+    spec = parse_job({"job_id": "/alice/serve", "command": "serve", "ports": [{"name": "http"}, {"name": "metrics"}]})
+    template = JobTemplate(backend_id="default", image="busybox:1.36", serving_port_base=9100)
+    job = template.job_manifest(Submission(spec.job_id, "n1", spec, "marin", 0), JobPlacement(), "iris")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert [port["containerPort"] for port in container["ports"]] == [9100, 9101]
+    assert (container_env(job)["IRIS_PORT_HTTP"], container_env(job)["IRIS_PORT_METRICS"]) == ("9100", "9101")
+
+
 def test_the_command_node_resolves_only_pod_names_of_the_pods_subdomain_to_loopback() -> None:
     pod = SimpleNamespace(spec=SimpleNamespace(subdomain="iris-train-1a2b"), metadata=SimpleNamespace(namespace="ns"))
     env = {

@@ -14,9 +14,11 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, check_bundle_store
+from iris_airflow_provider.backends.kubernetes.manifests import SERVING_PORT_BASE
 from iris_airflow_provider.backends.kubernetes.pod_template import PodTemplateError, checked_pod_template
 from iris_airflow_provider.core.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
 from iris_airflow_provider.core.names import check_name
+from iris_airflow_provider.core.serving import MAX_PORTS
 from iris_airflow_provider.core.strict_model import StrictModel
 
 _K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -165,6 +167,12 @@ class KubernetesBackendConfig(StrictModel):
     coordinator_port: int = Field(
         default=29500, ge=1, le=65535, description="where replica 0 listens for the others (MASTER_PORT)"
     )
+    serving_port_base: int = Field(
+        default=SERVING_PORT_BASE,
+        ge=1024,
+        le=65535 - MAX_PORTS,
+        description="the containerPort of a job's first named port; its others follow, one each",
+    )
     request_timeout_seconds: float = Field(default=20, gt=0)
     pod_template: dict[str, Any] | None = Field(
         default=None, description="a Pod manifest merged into every job's pods (the peer's; a job cannot set it)"
@@ -198,6 +206,15 @@ class KubernetesBackendConfig(StrictModel):
     @classmethod
     def _other_bands(cls, value: dict[str, str]) -> dict[str, str]:
         return {_k8s_name(name): _band_name(band) for name, band in value.items()}
+
+    @model_validator(mode="after")
+    def _serving_ports_clear_of_the_coordinator(self) -> KubernetesBackendConfig:
+        if self.serving_port_base <= self.coordinator_port < self.serving_port_base + MAX_PORTS:
+            raise ValueError(
+                f"serving_port_base: ports {self.serving_port_base}-{self.serving_port_base + MAX_PORTS - 1} "
+                f"would include coordinator_port {self.coordinator_port}; move one of them"
+            )
+        return self
 
     @field_validator("variant")
     @classmethod

@@ -125,10 +125,11 @@ def coordinator_host(name: str, nonce: str, replicas: int) -> str:
     return pod_hostname(name, nonce, 0) if replicas > 1 else "127.0.0.1"
 
 
-def serving_ports(spec: JobSpec) -> list[int]:
+def serving_ports(spec: JobSpec, base: int = SERVING_PORT_BASE) -> list[int]:
     """The container port of each of the job's named ports, in order: the pod has its own network,
-    so fixed numbers from ``SERVING_PORT_BASE`` never collide (and stay clear of the coordinator's)."""
-    return [SERVING_PORT_BASE + index for index in range(len(spec.ports))]
+    so fixed numbers from ``base`` (the backend's ``serving_port_base``) never collide (the config
+    keeps them clear of the coordinator's)."""
+    return [base + index for index in range(len(spec.ports))]
 
 
 def job_slice(spec: JobSpec) -> TpuSlice | None:
@@ -170,6 +171,7 @@ class JobTemplate:
     files_in: str = "configmap"  # or "secret"
     ttl_seconds_after_finished: int | None = None
     coordinator_port: int = DEFAULT_COORDINATOR_PORT  # where replica 0 listens (MASTER_PORT)
+    serving_port_base: int = SERVING_PORT_BASE  # the containerPort of a job's first named port
     pod_template: Mapping[str, Any] | None = None  # the peer's additions (pod_template.py)
     bundle_store: GcsBundleStore | None = None  # where the pods fetch workdir bundles from (gcs_bundles.py)
     bundle_fetch_image: str = DEFAULT_FETCH_IMAGE
@@ -208,7 +210,8 @@ class JobTemplate:
         if spec.command:
             container["command"] = wrapped_command(spec.command)
         if spec.ports:
-            container["ports"] = [{"containerPort": number, "protocol": "TCP"} for number in serving_ports(spec)]
+            numbers = serving_ports(spec, self.serving_port_base)
+            container["ports"] = [{"containerPort": number, "protocol": "TCP"} for number in numbers]
         # Where the job writes its result ($IRIS_RESULT): writable whatever the image.
         volumes: list[dict[str, Any]] = [{"name": RESULT_VOLUME, "emptyDir": {}}]
         container["volumeMounts"] = [{"name": RESULT_VOLUME, "mountPath": RESULT_DIR}]
@@ -308,7 +311,8 @@ class JobTemplate:
         values.update(job_identity_env(spec.job_id, submission.nonce, pods, self.backend_id))
         values.update(rendezvous_env(host, self.coordinator_port, pods))
         values[RESULT_ENV] = RESULT_PATH
-        values.update(port_env(dict(zip((port.name for port in spec.ports), serving_ports(spec), strict=True))))
+        ports = serving_ports(spec, self.serving_port_base)
+        values.update(port_env(dict(zip((port.name for port in spec.ports), ports, strict=True))))
         if placement.variant:
             values["IRIS_DEVICE_VARIANT"] = placement.variant
         ranks = list(RANK_ENV)

@@ -27,6 +27,7 @@ from devtools.kube_cluster import KubeCluster, free_port
 from iris_airflow_provider.backends.base import DEFAULT_COORDINATOR_PORT, Backend
 from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, KubernetesBackend, job_key, job_name
+from iris_airflow_provider.backends.kubernetes.manifests import SERVING_PORT_BASE
 from iris_airflow_provider.backends.process.backend import ProcessBackend, job_directory_name
 from iris_airflow_provider.core.bands import Band, parse_band
 from tests.kubernetes.peer_namespace import BAND_CLASSES, H100, PRODUCT, QUEUE, peer_namespace
@@ -51,6 +52,8 @@ class Target:
     slots: int = 8  # the process backend's device slots of the variant
     # Where replica 0 of a Kubernetes job listens: the control plane's pods share this machine's ports.
     coordinator_port: int = DEFAULT_COORDINATOR_PORT
+    # Where a Kubernetes job's first named port listens: the same reason.
+    serving_port_base: int = SERVING_PORT_BASE
     # A Kubernetes backend's bundle store (the GCS emulator's bucket here) and what its pods need
     # to reach it; None: it takes no workdir bundle.
     bundle_store: str | None = None
@@ -83,6 +86,7 @@ class Target:
             image=self.image,
             attributes={"region": ["test"]},
             coordinator_port=self.coordinator_port,
+            serving_port_base=self.serving_port_base,
             env=self.env,
             bundle_store=self.bundle_store if bundle_store else None,
             bundle_gcp_conn_id="iris_bundles_gcs",
@@ -153,6 +157,7 @@ def kube_target(
                     variant_value=H100,
                     exclusive=True,
                     coordinator_port=free_port(),
+                    serving_port_base=free_port(),
                     bundle_store="gs://iris-bundles/contract" if gcs is not None else None,
                     env={"STORAGE_EMULATOR_HOST": gcs.url} if gcs is not None else {},
                     bundles_dir=tmp_path_factory.mktemp("bundles"),

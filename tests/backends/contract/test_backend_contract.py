@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from functools import partial
 from typing import Any, TypeVar
 
+import httpx
 import jwt
 import pytest
 from kubernetes import client
@@ -288,6 +289,35 @@ def test_a_jobs_token_is_a_file_the_backend_renews_while_it_runs(target, backend
     assert backend.write_job_token(spec.job_id, sub.nonce, renewed)
     wait_state(backend, spec.job_id, JobState.SUCCEEDED)
     assert backend.logs(spec.job_id).lines == (f"[replica 0] {first}", f"[replica 0] {renewed}")
+
+
+def test_a_jobs_named_port_is_reached_where_the_backend_says_while_it_runs(target, backend):
+    """What the serving proxy asks a backend: where replica 0 listens on a named port, for the
+    incarnation running now, and nothing once it has stopped. On Kubernetes that is replica 0's pod
+    IP and the port's containerPort (the command node's pods run on loopback)."""
+    spec = job(
+        target,
+        'exec python3 -m http.server "$IRIS_PORT_HTTP" --bind 127.0.0.1',
+        ports=[{"name": "http"}],
+        files={"hello.txt": "served from the job\n"},
+    )
+    sub = submission(spec)
+    backend.submit(sub)
+
+    def answer() -> str | None:
+        served = backend.served_port(spec.job_id, "http")
+        if served is None:
+            return None
+        assert served.nonce == sub.nonce
+        try:
+            return httpx.get(f"http://{served.host}:{served.port}/hello.txt", timeout=5).text
+        except httpx.TransportError:  # listening soon
+            return None
+
+    assert wait_for(answer, "the job to serve its port where the backend says") == "served from the job\n"
+    assert backend.served_port(spec.job_id, "metrics") is None  # a port the job did not declare
+    assert backend.cancel(spec.job_id)
+    wait_for(lambda: backend.served_port(spec.job_id, "http") is None, "nothing served once the job stopped")
 
 
 def test_a_job_hands_back_the_json_replica_0_wrote_at_iris_result(target, backend):
