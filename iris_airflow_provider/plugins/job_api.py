@@ -13,6 +13,7 @@ run on this cluster (the router's reason: a child never federates), 413 for an o
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request, Response
@@ -67,14 +68,25 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"code": code, "message": message})
 
 
-@app.exception_handler(JobTokenError)
-async def _unauthenticated(_request: Request, error: JobTokenError) -> JSONResponse:
-    return _error(401, "UNAUTHENTICATED", str(error))
+# Each refusal a route raises, as the status and code of its JSON error (its message is the error's).
+_REFUSALS: dict[type[Exception], tuple[int, str]] = {
+    JobTokenError: (401, "UNAUTHENTICATED"),
+    NotInTreeError: (403, "PERMISSION_DENIED"),
+    SpecError: (400, "INVALID_ARGUMENT"),
+    ParentNotLiveError: (409, "FAILED_PRECONDITION"),
+    BodyTooLargeError: (413, "PAYLOAD_TOO_LARGE"),
+}
 
 
-@app.exception_handler(NotInTreeError)
-async def _not_in_tree(_request: Request, error: NotInTreeError) -> JSONResponse:
-    return _error(403, "PERMISSION_DENIED", str(error))
+def _refusal_handler(status: int, code: str) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handle(_request: Request, error: Exception) -> JSONResponse:
+        return _error(status, code, str(error))
+
+    return handle
+
+
+for _refused, (_status, _code) in _REFUSALS.items():
+    app.add_exception_handler(_refused, _refusal_handler(_status, _code))
 
 
 @app.exception_handler(KeyError)
@@ -82,25 +94,10 @@ async def _missing(_request: Request, error: KeyError) -> JSONResponse:
     return _error(404, "NOT_FOUND", str(error.args[0]) if error.args else "not found")
 
 
-@app.exception_handler(SpecError)
-async def _invalid(_request: Request, error: SpecError) -> JSONResponse:
-    return _error(400, "INVALID_ARGUMENT", str(error))
-
-
 @app.exception_handler(RequestValidationError)
 async def _invalid_query(_request: Request, error: RequestValidationError) -> JSONResponse:
     located = [{**problem, "loc": tuple(problem.get("loc", ()))[1:]} for problem in error.errors()]
     return _error(400, "INVALID_ARGUMENT", str(SpecError.from_errors(located)))
-
-
-@app.exception_handler(ParentNotLiveError)
-async def _ending(_request: Request, error: ParentNotLiveError) -> JSONResponse:
-    return _error(409, "FAILED_PRECONDITION", str(error))
-
-
-@app.exception_handler(BodyTooLargeError)
-async def _too_large(_request: Request, error: BodyTooLargeError) -> JSONResponse:
-    return _error(413, "PAYLOAD_TOO_LARGE", str(error))
 
 
 def children() -> ChildJobs:
