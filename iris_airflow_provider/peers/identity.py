@@ -30,6 +30,7 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 ROLE = "federation-peer"
 TOKEN_TTL_SECONDS = 300
@@ -46,7 +47,11 @@ class UnauthenticatedError(Exception):
 
 def generate_keypair() -> tuple[str, str]:
     """A new Ed25519 key pair as (private PEM, public PEM)."""
-    private = Ed25519PrivateKey.generate()
+    return pem_pair(Ed25519PrivateKey.generate())
+
+
+def pem_pair(private: PrivateKeyTypes) -> tuple[str, str]:
+    """A private key and its public key as (private PEM, public PEM), as the cluster file takes them."""
     private_pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()

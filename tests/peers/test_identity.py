@@ -17,6 +17,7 @@ from iris_airflow_provider.peers.identity import (
     TokenVerifier,
     UnauthenticatedError,
     generate_keypair,
+    pem_pair,
     read_pem,
     submitter_admitted,
 )
@@ -180,15 +181,7 @@ def test_a_token_with_the_wrong_claims_is_refused(
 
 
 def test_only_ed25519_keys_are_accepted() -> None:
-    ec_key = generate_private_key(SECP256R1())
-    private = ec_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    public = (
-        ec_key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
+    private, public = pem_pair(generate_private_key(SECP256R1()))
     with pytest.raises(ValueError, match="must be an Ed25519 key"):
         TokenMinter("marin", private)
     with pytest.raises(ValueError, match="public key of peer 'marin' must be an Ed25519 key"):
