@@ -11,15 +11,26 @@ from typing import TypeVar
 from pydantic_core import PydanticCustomError
 
 T = TypeVar("T")
+OptionalText = TypeVar("OptionalText", str, str | None)
 
 NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?")
 
 
-def check_name(value: str) -> str:
-    """A pydantic field validator: the value when it is a valid name, else ``ValueError`` naming the rule."""
-    if not NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"must be 1-64 lowercase letters, digits, '.', '_' or '-', got {value!r}")
-    return value
+def matching(pattern: re.Pattern[str], rule: str) -> Callable[[OptionalText], OptionalText]:
+    """A pydantic field validator: the value when ``pattern`` matches all of it (or it is None, for an
+    optional field), else ``ValueError`` saying it "must be <rule>" and what it got:
+    ``field_validator("location")(matching(LOCATION, "a region (us-central1)"))``."""
+
+    def check(value: OptionalText) -> OptionalText:
+        if value is not None and not pattern.fullmatch(value):
+            raise ValueError(f"must be {rule}, got {value!r}")
+        return value
+
+    return check
+
+
+# A valid name, else ``ValueError`` naming the rule.
+check_name = matching(NAME_PATTERN, "1-64 lowercase letters, digits, '.', '_' or '-'")
 
 
 def unique_by(key: str) -> Callable[[list[T]], list[T]]:

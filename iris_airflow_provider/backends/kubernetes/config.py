@@ -17,7 +17,7 @@ from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_
 from iris_airflow_provider.backends.kubernetes.manifests import SERVING_PORT_BASE
 from iris_airflow_provider.backends.kubernetes.pod_template import PodTemplateError, checked_pod_template
 from iris_airflow_provider.core.bands import ACCEPTED_BAND_NAMES, Band, UnknownBandError, parse_band
-from iris_airflow_provider.core.names import check_name
+from iris_airflow_provider.core.names import check_name, matching
 from iris_airflow_provider.core.serving import MAX_PORTS
 from iris_airflow_provider.core.strict_model import StrictModel
 
@@ -69,32 +69,20 @@ class GKECluster(StrictModel):
             raise ValueError("must name an Airflow connection of type google_cloud_platform")
         return value
 
-    @field_validator("project_id")
-    @classmethod
-    def _project(cls, value: str | None) -> str | None:
-        if value is not None and not _GCP_PROJECT.fullmatch(value):
-            raise ValueError(
-                "must be a Google Cloud project id (6 to 30 lowercase letters, digits and hyphens, starting with a"
-                f" letter), got {value!r}"
-            )
-        return value
-
-    @field_validator("location")
-    @classmethod
-    def _location(cls, value: str) -> str:
-        if not _GCP_LOCATION.fullmatch(value):
-            raise ValueError(f"must be a Google Cloud region (us-central1) or zone (us-central1-a), got {value!r}")
-        return value
-
-    @field_validator("cluster_name")
-    @classmethod
-    def _cluster(cls, value: str) -> str:
-        if not _GKE_CLUSTER.fullmatch(value):
-            raise ValueError(
-                "must be a GKE cluster name (up to 40 lowercase letters, digits and hyphens, starting with a letter),"
-                f" got {value!r}"
-            )
-        return value
+    _project = field_validator("project_id")(
+        matching(
+            _GCP_PROJECT,
+            "a Google Cloud project id (6 to 30 lowercase letters, digits and hyphens, starting with a letter)",
+        )
+    )
+    _location = field_validator("location")(
+        matching(_GCP_LOCATION, "a Google Cloud region (us-central1) or zone (us-central1-a)")
+    )
+    _cluster = field_validator("cluster_name")(
+        matching(
+            _GKE_CLUSTER, "a GKE cluster name (up to 40 lowercase letters, digits and hyphens, starting with a letter)"
+        )
+    )
 
     @field_validator("impersonation_chain", mode="before")
     @classmethod
