@@ -97,16 +97,9 @@ class Handoffs(StoreBase):
             )
             if row is None:
                 return RequeueOutcome.STALE
-            departure = Departure(job_id, nonce, peer_id, refusal.reason, refusal.avoid_until_ms)
-            return requeue_locked(
-                connection,
-                departure,
-                row,
-                max_requeues=max_requeues,
-                now_ms=now_ms,
-                reject_when_exhausted=True,
-                how=f"peer {peer_id} could not take the job",
-            )
+            how = f"peer {peer_id} could not take the job"
+            departure = Departure(job_id, nonce, peer_id, refusal.reason, refusal.avoid_until_ms, how, refused=True)
+            return requeue_locked(connection, departure, row, max_requeues=max_requeues, now_ms=now_ms)
 
     def abandoned_handoffs(self) -> list[AbandonedHandoff]:
         """Incarnations to terminate on the peers that may hold them, oldest first."""

@@ -25,6 +25,18 @@ def _live_handoff() -> sa.ColumnElement[bool]:
     return sa.and_(jobs.c.direction == Direction.SENT.value, jobs.c.handoff_state.in_(LIVE_HANDOFFS), not_terminal())
 
 
+def _not_started_on_peer() -> sa.ColumnElement[bool]:
+    """Admitted by its peer and not started there, neither cancelled nor being withdrawn already."""
+    return sa.and_(
+        jobs.c.direction == Direction.SENT.value,
+        jobs.c.handoff_state == HandoffState.HANDED_OFF.value,
+        jobs.c.state.in_([s.value for s in NOT_STARTED]),
+        jobs.c.started_at_ms.is_(None),
+        jobs.c.cancel_intent_version == 0,
+        jobs.c.withdraw_reason == "",
+    )
+
+
 class Lifecycle(StoreBase):
     def _records(self, *where: sa.ColumnElement[bool]) -> list[JobRecord]:
         with self._read() as connection:
@@ -105,15 +117,9 @@ class Lifecycle(StoreBase):
                 notice(connection, job_id, record.nonce, text, now_ms)
                 return decision.state
             event(connection, job_id, now_ms, "peer_lost", None, record.handoff_state, peer_id, decision.reason)
-            return requeue_locked(
-                connection,
-                Departure(job_id, record.nonce, peer_id, decision.reason, avoid_until_ms),
-                row,
-                max_requeues=max_requeues,
-                now_ms=now_ms,
-                reject_when_exhausted=False,
-                how=f"peer {peer_id} was lost (the incarnation left there is terminated if it answers again)",
-            )
+            how = f"peer {peer_id} was lost (the incarnation left there is terminated if it answers again)"
+            departure = Departure(job_id, record.nonce, peer_id, decision.reason, avoid_until_ms, how)
+            return requeue_locked(connection, departure, row, max_requeues=max_requeues, now_ms=now_ms)
 
     def fail_pinned_to_removed(self, record: JobRecord, now_ms: int) -> bool:
         """A queued job pinned to a peer no longer configured can never be placed: it ends unschedulable."""
@@ -148,14 +154,7 @@ class Lifecycle(StoreBase):
 
     def not_started_handoffs(self) -> list[JobRecord]:
         """Jobs their peer admitted and has not started, not being withdrawn or cancelled."""
-        return self._records(
-            jobs.c.direction == Direction.SENT.value,
-            jobs.c.handoff_state == HandoffState.HANDED_OFF.value,
-            jobs.c.state.in_([s.value for s in NOT_STARTED]),
-            jobs.c.started_at_ms.is_(None),
-            jobs.c.cancel_intent_version == 0,
-            jobs.c.withdraw_reason == "",
-        )
+        return self._records(_not_started_on_peer())
 
     def withdrawals(self) -> list[JobRecord]:
         """Jobs being withdrawn from their peer: to terminate there, then requeue."""
@@ -167,15 +166,7 @@ class Lifecycle(StoreBase):
         with self._write() as connection:
             begun = connection.execute(
                 jobs.update()
-                .where(
-                    jobs.c.job_id == record.job_id,
-                    jobs.c.nonce == record.nonce,
-                    jobs.c.handoff_state == HandoffState.HANDED_OFF.value,
-                    jobs.c.state.in_([s.value for s in NOT_STARTED]),
-                    jobs.c.started_at_ms.is_(None),
-                    jobs.c.cancel_intent_version == 0,
-                    jobs.c.withdraw_reason == "",
-                )
+                .where(jobs.c.job_id == record.job_id, jobs.c.nonce == record.nonce, _not_started_on_peer())
                 .values(withdraw_reason=reason, **touched(now_ms))
             ).rowcount
             if begun:
@@ -209,15 +200,14 @@ class Lifecycle(StoreBase):
             )
             if row is None:
                 return RequeueOutcome.STALE
+            how = f"withdrawn from peer {record.peer_id}, which confirmed it stopped it"
             departure = Departure(
-                record.job_id, record.nonce, record.peer_id, record.withdraw_reason, avoid_until_ms, left_behind=False
+                record.job_id,
+                record.nonce,
+                record.peer_id,
+                record.withdraw_reason,
+                avoid_until_ms,
+                how,
+                left_behind=False,
             )
-            return requeue_locked(
-                connection,
-                departure,
-                row,
-                max_requeues=max_requeues,
-                now_ms=now_ms,
-                reject_when_exhausted=False,
-                how=f"withdrawn from peer {record.peer_id}, which confirmed it stopped it",
-            )
+            return requeue_locked(connection, departure, row, max_requeues=max_requeues, now_ms=now_ms)

@@ -28,15 +28,19 @@ class RequeueOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Departure:
-    """A handoff leaving ``peer_id``: why, until when the job avoids that peer, and whether the peer
-    may still hold the incarnation (then it is told to terminate it by nonce once it answers)."""
+    """A handoff leaving ``peer_id``: why, until when the job avoids that peer, ``how`` it left as the
+    job's output tells it, whether the peer may still hold the incarnation (then it is told to
+    terminate it by nonce once it answers), and whether the peer refused it (then, once the requeue
+    budget is spent, the handoff ends rejected)."""
 
     job_id: str
     nonce: str
     peer_id: str
     reason: str
     avoid_until_ms: int
+    how: str
     left_behind: bool = True
+    refused: bool = False
 
 
 def abandon(connection: sa.Connection, peer_id: str, job_id: str, nonce: str, reason: str, now_ms: int) -> None:
@@ -62,12 +66,9 @@ def requeue_locked(
     *,
     max_requeues: int,
     now_ms: int,
-    reject_when_exhausted: bool,
-    how: str,
 ) -> RequeueOutcome:
     """Requeue the job of ``departure`` (its row, read with ``requeue_count`` and ``avoided_peers``,
-    locked by the caller). ``how`` says in the job's output why it is back in the queue;
-    ``reject_when_exhausted`` marks the handoff rejected when the budget is spent (the peer refused it)."""
+    locked by the caller)."""
     job_id, peer_id, reason = departure.job_id, departure.peer_id, departure.reason
     if departure.left_behind:
         abandon(connection, peer_id, job_id, departure.nonce, reason, now_ms)
@@ -75,7 +76,7 @@ def requeue_locked(
     locked = jobs.update().where(jobs.c.job_id == job_id)
     if count >= max_requeues:
         message = reasons.requeues_exhausted(count, peer_id, reason)
-        handoff = HandoffState.REJECTED if reject_when_exhausted else None
+        handoff = HandoffState.REJECTED if departure.refused else None
         if handoff is not None:
             connection.execute(
                 locked.values(handoff_state=handoff.value, last_delivery_error=reason, **touched(now_ms))
@@ -120,7 +121,7 @@ def requeue_locked(
         connection,
         job_id,
         fresh_nonce,
-        f"Back in the queue: {how} ({detail}); it avoids that peer for {avoid_s} s",
+        f"Back in the queue: {departure.how} ({detail}); it avoids that peer for {avoid_s} s",
         now_ms,
     )
     return RequeueOutcome.REQUEUED
