@@ -125,16 +125,8 @@ class ProcessBackend:
 
     @classmethod
     def from_state_dir(cls, state_dir: str | Path) -> ProcessBackend:
-        settings = StateDir.read_settings(state_dir)
-        return cls(
-            settings.backend_id,
-            state_dir,
-            devices=settings.devices,
-            device_type=settings.device_type,
-            attributes=settings.attributes,
-            max_running_jobs=settings.max_running_jobs,
-            env=settings.env,
-        )
+        """The backend as :meth:`settings` wrote it to ``state_dir`` (each setting is an argument of its own name)."""
+        return cls(state_dir=state_dir, **StateDir.read_settings(state_dir).to_json())
 
     # Heartbeat ---------------------------------------------------------------------------------
 
