@@ -1,4 +1,5 @@
-"""A real Airflow deployment (api-server, scheduler, dag-processor, triggerer) on PostgreSQL."""
+"""The e2e tests' fixtures: a real Airflow deployment (api-server, scheduler, dag-processor, triggerer)
+on PostgreSQL, the parent and peer pair several modules share, a browser."""
 
 from __future__ import annotations
 
@@ -102,3 +103,38 @@ def browser() -> Iterator[Any]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with chromium() as launched:
         yield launched
+
+
+# The pair of tests/e2e/shared_federation.py: one for every module that asks for `federation`.
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Parent ``marin`` and peer ``cw-east``, shared with the other modules that use this fixture."""
+    from tests.e2e.shared_federation import SHARED
+
+    return SHARED.get(tmp_path_factory)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.e2e.shared_federation import group_shared_modules
+
+    group_shared_modules(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop the shared pair once the tests in a row that use it are done (their module fixtures too)."""
+    from tests.e2e.shared_federation import SHARED, uses_shared_pair
+
+    try:
+        return (yield)
+    finally:
+        if uses_shared_pair(item) and (nextitem is None or not uses_shared_pair(nextitem)):
+            SHARED.close()
+
+
+def pytest_sessionfinish() -> None:
+    from tests.e2e.shared_federation import SHARED
+
+    SHARED.close()  # after an interrupted run, too

@@ -1,13 +1,15 @@
 """A parent and a peer Airflow deployment, started and stopped together, for the federation e2e tests.
 
-``test_peer_federation`` and ``test_peer_lifecycle`` each run such a pair with their own cluster
-files; this is the one place that gives the two deployments their databases, ports and DAGs, starts
-them in order and, whatever happens, stops them and keeps their logs.
+``test_peer_lifecycle``, ``test_high_availability`` and others run such a pair with their own
+cluster files, and the modules of ``tests/e2e/shared_federation.py`` share one; this is the one
+place that gives the two deployments their databases, ports and DAGs, starts them side by side and,
+whatever happens, stops them and keeps their logs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +49,10 @@ def deployment_pair(
 
     Each lives in ``root/parent`` or ``root/peer`` with the cluster file ``root/parent.yaml`` or
     ``root/peer.yaml`` (written by the caller); the peer serves on ``peer_port`` (which the caller's
-    proxy forwards to), the parent on ``parent_port`` or a free port. The peer starts first, and the
-    pair is yielded once the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both
-    are stopped, parent first, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``. ``extra_env`` goes to
+    proxy forwards to), the parent on ``parent_port`` or a free port. The two start side by side
+    (neither needs the other to start: the parent reaches the peer only on its ticks), and the pair
+    is yielded once the peer has its runner DAG and the parent the ``e2e_job`` DAG. On exit both are
+    stopped, side by side too, and their logs kept as ``<logs>-parent`` and ``<logs>-peer``. ``extra_env`` goes to
     both, ``parent_env`` to the parent alone (its connections, say). ``parent_options`` and
     ``peer_options`` give more :class:`AirflowDeployment` fields (its executor, how many instances
     of each component).
@@ -84,14 +87,25 @@ def deployment_pair(
         parent_store = migrated_store(parent_store_url)
         peer_store = migrated_store(peer_store_url)
         try:
-            peer.start()
-            parent.start()
-            peer.wait_for_dag(RUNNER_DAG_ID)
-            parent.wait_for_dag("e2e_job")
+            both(lambda: _start(peer, RUNNER_DAG_ID), lambda: _start(parent, "e2e_job"))
             yield DeploymentPair(parent, peer, parent_store, peer_store)
         finally:
-            for deployment, name in ((parent, f"{logs}-parent"), (peer, f"{logs}-peer")):
-                deployment.stop()
-                save_logs(deployment, name)
+            both(parent.stop, peer.stop)
+            save_logs(parent, f"{logs}-parent")
+            save_logs(peer, f"{logs}-peer")
             parent_store.dispose()
             peer_store.dispose()
+
+
+def _start(deployment: AirflowDeployment, dag_id: str) -> None:
+    deployment.start()
+    deployment.wait_for_dag(dag_id)
+
+
+def both(first: Callable[[], object], second: Callable[[], object]) -> None:
+    """Run the two at once (each mostly waits: on its subprocesses, PostgreSQL, the DAG parser);
+    return when both have ended, raising the first one's error if either failed."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(first), pool.submit(second)]
+    for future in futures:
+        future.result()

@@ -2,27 +2,24 @@
 two children through ``iris_airflow_provider.client`` (run by Debian's Python, which has no
 Airflow), authenticated by its job token; they run on cw-east and are mirrored back to the parent
 as part of the root: states, exit codes and output per child, in the store, the task log, describe
-and the Federation page. A child cw-east cannot run is refused there, a job's token is worth nothing
-once it has ended, and a cancel of the root on the parent kills its tree on the peer."""
+and the Federation page. A child cw-east cannot run (gb200 devices, which it has none of) is refused
+there, a job's token is worth nothing once it has ended, and a cancel of the root on the parent
+kills its tree on the peer. The pair is the one ``test_peer_federation`` uses too."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
 
-from devtools.airflow_deployment import AirflowDeployment
 from iris_airflow_provider.core.states import JobState
-from iris_airflow_provider.peers.identity import generate_keypair
 from iris_airflow_provider.plugins.ui_api import UI_PREFIX
 from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import ARTIFACTS, free_port
-from tests.e2e.deployments import deployment_pair
+from tests.e2e.conftest import ARTIFACTS
 from tests.e2e.jobs import admitted_job_of, job_of
+from tests.e2e.shared_federation import Federation
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -45,7 +42,7 @@ for name in ("shard-0", "shard-1"):
     client.submit({"job_id": name, "command": [sys.executable, "-c", WRITE], "env": {"SHARD": name}})
 results = [client.wait(name, poll_seconds=0.5).result for name in ("shard-0", "shard-1")]
 try:
-    client.submit({"job_id": "h100", "resources": {"device": {"type": "gpu", "variant": "h100", "count": 1}}})
+    client.submit({"job_id": "gb200", "resources": {"device": {"type": "gpu", "variant": "gb200", "count": 1}}})
     refused = ""
 except ChildRejectedError as error:
     refused = error.message
@@ -55,50 +52,14 @@ with open(os.environ["IRIS_RESULT"], "w") as out:
 """
 
 
-@dataclass
-class Pair:
-    parent: AirflowDeployment
-    peer: AirflowDeployment
-    parent_store: FederationStore
-    peer_store: FederationStore
-
-
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    root = tmp_path_factory.mktemp("trees")
-    keys = {name: generate_keypair() for name in ("marin", "cw-east")}
-    for name, (private, public) in keys.items():
-        (root / f"{name}.key").write_text(private)
-        (root / f"{name}.pub").write_text(public)
-    peer_port = free_port()
-    (root / "parent.yaml").write_text(
-        f"""
-name: marin
-placement: {{sync_interval_seconds: 2}}
-federation: {{private_key: {root / "marin.key"}}}
-backends: [{{id: cpu, kind: process, max_running_jobs: 4}}]
-peers: [{{id: cw-east, kind: airflow, url: "http://127.0.0.1:{peer_port}", allow_insecure_http: true}}]
-"""
-    )
-    (root / "peer.yaml").write_text(
-        f"""
-name: cw-east
-placement: {{sync_interval_seconds: 2}}
-federation:
-  private_key: {root / "cw-east.key"}
-  trusted_peers:
-    marin: {{public_key: {root / "marin.pub"}}}
-  allowed_submitters: ["alice"]
-backends:
-  - {{id: cpu, kind: process, max_running_jobs: 6}}
-"""
-    )
-    with deployment_pair(root, databases="iris_trees", logs="trees", peer_port=peer_port) as running:
-        yield Pair(running.parent, running.peer, running.parent_store, running.peer_store)
+def pair(federation: Federation) -> Federation:
+    """Parent marin and peer cw-east, shared with other modules (``tests/e2e/shared_federation.py``)."""
+    return federation
 
 
 @pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="needs Debian's python3 (no Airflow installed)")
-def test_a_coordinator_on_the_peer_submits_two_children_that_run_there_and_are_mirrored_back(pair: Pair) -> None:
+def test_a_coordinator_on_the_peer_submits_two_children_that_run_there_and_are_mirrored_back(pair: Federation) -> None:
     parent, peer = pair.parent, pair.peer
     job = {
         "command": [SYSTEM_PYTHON, "-c", COORDINATOR],
@@ -113,14 +74,14 @@ def test_a_coordinator_on_the_peer_submits_two_children_that_run_there_and_are_m
     result = parent.xcom("e2e_job", run, "run")["result"]
     assert result["results"] == [{"shard": "shard-0"}, {"shard": "shard-1"}]
     # A child the peer cannot run is refused there (it has no peers of its own: not even queued).
-    assert f"Job {job_id}/h100 is unschedulable" in result["refused"]
+    assert f"Job {job_id}/gb200 is unschedulable" in result["refused"]
     assert result["url"] == peer.base_url  # the cluster the coordinator runs on
 
     # On the peer: the children ran there, in marin's namespace, as the root's accountable user.
     for name in ("shard-0", "shard-1"):
         child = pair.peer_store.get_job(f"marin:{job_id}/{name}")
         assert child is not None and child.state is JobState.SUCCEEDED and child.submitting_user == "alice"
-    assert pair.peer_store.get_job(f"marin:{job_id}/h100") is None
+    assert pair.peer_store.get_job(f"marin:{job_id}/gb200") is None
     # On the parent: mirrored as part of the root (states, exit codes), and nothing ran here.
     root = _wait(lambda: _with_children(pair.parent_store, job_id), "the children mirrored to the parent")
     assert {(c["job_id"], c["state"], c["exit_code"]) for c in root.children} == {
@@ -147,7 +108,7 @@ def test_a_coordinator_on_the_peer_submits_two_children_that_run_there_and_are_m
     MIRRORED["job_id"] = job_id
 
 
-def test_in_chromium_the_job_drawer_shows_the_tree(pair: Pair, browser) -> None:
+def test_in_chromium_the_job_drawer_shows_the_tree(pair: Federation, browser) -> None:
     from playwright.sync_api import expect
 
     from devtools.browser import page_url, sign_in
@@ -180,7 +141,7 @@ def _with_children(store: FederationStore, job_id: str):
     )
 
 
-def test_a_cancel_of_the_root_on_the_parent_cancels_its_tree_on_the_peer(pair: Pair) -> None:
+def test_a_cancel_of_the_root_on_the_parent_cancels_its_tree_on_the_peer(pair: Federation) -> None:
     parent = pair.parent
     coordinator = (
         "import sys, time\n"

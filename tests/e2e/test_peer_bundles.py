@@ -1,11 +1,12 @@
 """A 200 MiB workdir reaches an Airflow peer as a bundle, and the job reads it there.
 
-The pair of ``test_peer_federation`` (parent ``marin``, peer ``cw-east``, real api-servers,
-schedulers and triggerers on PostgreSQL, the peer API through a loopback proxy) with the default
-``bundles:`` settings on both sides. The test writes a workdir of 200 MiB of random bytes (cheap to
-make, impossible to compress), submits a DAG whose ``workdir=`` names it, and checks the sha256 the
-job computes of the file on the peer. A second submission of the same workdir uploads nothing.
-Then a 200 MiB upload straight to the peer's api-server is timed, with the api-server's peak RSS.
+The pair ``test_peer_federation`` uses too (``tests/e2e/shared_federation.py``: parent ``marin``,
+peer ``cw-east``, real api-servers, schedulers and triggerers on PostgreSQL, the peer API through a
+loopback proxy) with the default ``bundles:`` settings on both sides. The test writes a workdir of
+200 MiB of random bytes (cheap to make, impossible to compress), submits a DAG whose ``workdir=``
+names it, and checks the sha256 the job computes of the file on the peer. A second submission of
+the same workdir uploads nothing. Then a 200 MiB upload straight to the peer's api-server is timed,
+with the api-server's peak RSS.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from iris_airflow_provider.core.bundles import BundleEntry
 from iris_airflow_provider.peers.airflow_peer import AirflowPeer
 from iris_airflow_provider.peers.identity import TokenMinter
 from tests.e2e.jobs import job_of
-from tests.e2e.test_peer_federation import Federation, federation, gpu, on_peer
+from tests.e2e.shared_federation import Federation
+from tests.e2e.test_peer_federation import gpu, on_peer
 from tests.waiting import wait_for
-
-__all__ = ["federation"]
 
 pytestmark = pytest.mark.e2e
 _wait = partial(wait_for, timeout=120, interval=0.5)

@@ -1,18 +1,17 @@
 """Two Airflow deployments federating over the network: parent ``marin`` and peer ``cw-east``.
 
 Both run the provider on their own AIRFLOW_HOME, port, metadata database and federation store
-(PostgreSQL). The parent reaches the peer's API through a loopback proxy that can lose one answer
-on purpose; calls are signed with real Ed25519 keys; the peer trusts the parent's public key and
-admits submitters ``*@example.com`` and ``alice``. The peer's ``one-at-a-time`` backend queues work
-at its ``max_running_jobs``, so the parent must not take its advertised free devices at face value.
+(PostgreSQL): the pair of ``tests/e2e/shared_federation.py``, which other modules use too. The
+parent reaches the peer's API through a loopback proxy that can lose one answer on purpose; calls
+are signed with real Ed25519 keys; the peer trusts the parent's public key and admits submitters
+``*@example.com`` and ``alice``. The peer's ``one-at-a-time`` backend queues work at its
+``max_running_jobs``, so the parent must not take its advertised free devices at face value.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -20,81 +19,19 @@ import httpx
 import pytest
 
 from devtools.airflow_deployment import AirflowDeployment
-from devtools.fault_proxy import FaultProxy
 from iris_airflow_provider.backends.process.backend import job_directory_name
 from iris_airflow_provider.core.states import Direction, HandoffState, JobState
 from iris_airflow_provider.operators.runner_runs import RUNNER_DAG_ID
 from iris_airflow_provider.peers.identity import TokenMinter, generate_keypair
 from iris_airflow_provider.peers.wire import API_PREFIX
-from iris_airflow_provider.store.store import FederationStore
-from tests.e2e.conftest import free_port
-from tests.e2e.deployments import deployment_pair
 from tests.e2e.jobs import admitted_job_of, job_of
+from tests.e2e.shared_federation import Federation
 from tests.waiting import wait_for
 
 # Real services take seconds per step: wait longer, and poll less often, than unit tests do.
 _wait = partial(wait_for, timeout=120, interval=0.5)
 
 pytestmark = pytest.mark.e2e
-
-
-@dataclass
-class Federation:
-    parent: AirflowDeployment
-    peer: AirflowDeployment
-    parent_store: FederationStore
-    peer_store: FederationStore
-    proxy: FaultProxy
-    keys: dict[str, tuple[str, str]]  # cluster -> (private PEM, public PEM)
-
-
-@pytest.fixture(scope="module")
-def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    root = tmp_path_factory.mktemp("federation")
-    keys = {name: generate_keypair() for name in ("marin", "cw-east", "rogue")}
-    for name, (private, public) in keys.items():
-        (root / f"{name}.key").write_text(private)
-        (root / f"{name}.pub").write_text(public)
-    peer_port = free_port()
-    proxy = FaultProxy(f"http://127.0.0.1:{peer_port}").start()
-    (root / "parent.yaml").write_text(
-        """
-name: marin
-placement: {sync_interval_seconds: 2}
-backends: [{id: cpu, kind: process, max_running_jobs: 4}]
-peers: [{id: cw-east, kind: airflow, conn_id: cw_east, allow_insecure_http: true}]
-"""
-    )
-    # The peer as an Airflow connection: its URL, and marin's signing key as the password (served
-    # here by the environment secrets backend; no key file in marin's configuration).
-    cw_east = {"conn_type": "irisfederationpeer", "host": proxy.url, "password": keys["marin"][0]}
-    (root / "peer.yaml").write_text(
-        f"""
-name: cw-east
-placement: {{sync_interval_seconds: 2}}
-federation:
-  private_key: {root / "cw-east.key"}
-  trusted_peers:
-    marin: {{public_key: {root / "marin.pub"}}}
-    rogue: {{public_key: {root / "rogue.pub"}}}
-  allowed_submitters: ["*@example.com", "alice"]
-backends:
-  - {{id: default, kind: process, devices: {{h100: 8}}}}
-  # Runs one job at a time and queues the rest, advertising the devices they will take as free.
-  - {{id: one-at-a-time, kind: process, devices: {{a100: 8}}, max_running_jobs: 1}}
-"""
-    )
-    try:
-        with deployment_pair(
-            root,
-            databases="iris_fed",
-            logs="federation",
-            peer_port=peer_port,
-            parent_env={"AIRFLOW_CONN_CW_EAST": json.dumps(cw_east)},
-        ) as running:
-            yield Federation(running.parent, running.peer, running.parent_store, running.peer_store, proxy, keys)
-    finally:
-        proxy.stop()
 
 
 def gpu(command: str, **extra: Any) -> dict[str, Any]:
