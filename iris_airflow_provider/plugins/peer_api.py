@@ -194,6 +194,12 @@ def _bundle(digest: str, size: int, bundles: BundleStore) -> BundleRef:
     return ref
 
 
+def _admit_new_upload(ref: BundleRef, bundles: BundleStore, receiving: Receiver) -> None:
+    """Nothing of the bundle is here yet: refused now if the store has no room for it."""
+    if not bundles.peek(ref) and bundles.received(ref) == 0:
+        receiving.check_bundle_room(ref)
+
+
 def _bundle_status(ref: BundleRef, bundles: BundleStore) -> BundleStatus:
     received = bundles.received(ref)
     return BundleStatus(
@@ -206,9 +212,14 @@ def _bundle_status(ref: BundleRef, bundles: BundleStore) -> BundleStatus:
 
 
 @app.get("/bundles/{digest}")
-def bundle_status(digest: DigestPath, size: BundleSize, _peer: Caller, bundles: Bundles) -> BundleStatus:
-    """How much of a workdir bundle this cluster holds (``complete``: all, nothing to send)."""
-    return _bundle_status(_bundle(digest, size, bundles), bundles)
+def bundle_status(
+    digest: DigestPath, size: BundleSize, _peer: Caller, bundles: Bundles, receiving: ReceiverDep
+) -> BundleStatus:
+    """How much of a workdir bundle this cluster holds (``complete``: all, nothing to send); a bundle
+    none of which is here and for which the store has no room is refused (``resource_exhausted``)."""
+    ref = _bundle(digest, size, bundles)
+    _admit_new_upload(ref, bundles, receiving)
+    return _bundle_status(ref, bundles)
 
 
 @app.put("/bundles/{digest}", openapi_extra={"requestBody": {"content": {"application/octet-stream": {}}}})
@@ -218,6 +229,7 @@ async def upload_bundle_chunk(
     offset: Annotated[int, Query(ge=0, description="where the chunk starts: the bytes this cluster holds")],
     _peer: Caller,
     bundles: Bundles,
+    receiving: ReceiverDep,
     request: Request,
 ) -> BundleStatus:
     """Append the next chunk of a workdir bundle, streamed to disk; the last one is verified against
@@ -231,6 +243,7 @@ async def upload_bundle_chunk(
     length = int(declared)
     if length > bundles.chunk_bytes:
         raise BodyTooLargeError(f"{request.method} {request.url.path}", bundles.chunk_bytes)
+    await anyio.to_thread.run_sync(_admit_new_upload, ref, bundles, receiving)
     try:
         with bundles.upload(ref, offset, length) as upload:
             async for chunk in request.stream():
