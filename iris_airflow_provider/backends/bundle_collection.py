@@ -2,17 +2,18 @@
 
 The rule (``core/bundle_retention.py``) decides; this lists the store (one directory listing for
 complete bundles, one for partial uploads) and deletes what it chose, each deletion conditional on
-the entry being as it was listed. Ages are measured here on the wall clock (mtimes are wall-clock
-times) and handed to the rule on the caller's clock (``now_ms`` less the age), so a tick whose clock
-a test moves ages the entries with it, while a use (a touch) always makes an entry young again.
+the entry being as it was listed. An entry's last use is its mtime, in epoch milliseconds: every
+use touches it (``BundleStore.has``, ``unpack``, ``complete``, ``pack``), every chunk written moves
+a partial's. The rule compares it with the tick's clock (epoch milliseconds too), so a test that
+moves the tick's clock ages the entries with it; nothing here reads the time.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import time
 import uuid
+from contextlib import suppress
 from dataclasses import dataclass
 
 from iris_airflow_provider.backends.bundles import BundleStore
@@ -36,10 +37,8 @@ class StoreListing:
     mtimes_ns: dict[str, int]  # "sha256/<hex>" or "partial/<hex>" -> st_mtime_ns when listed
 
 
-def list_store(store: BundleStore, now_ms: int) -> StoreListing:
-    """Every complete bundle and partial upload, each dated on the caller's clock: ``now_ms``
-    less its age on the wall clock (one directory listing each)."""
-    wall_ns = time.time_ns()
+def list_store(store: BundleStore) -> StoreListing:
+    """Every complete bundle and partial upload, each with its last use (one directory listing each)."""
     mtimes: dict[str, int] = {}
 
     def scan(kind: str) -> list[tuple[str, int, int]]:
@@ -56,8 +55,7 @@ def list_store(store: BundleStore, now_ms: int) -> StoreListing:
             except FileNotFoundError:
                 continue
             mtimes[f"{kind}/{entry.name}"] = info.st_mtime_ns
-            age_ms = max(0, (wall_ns - info.st_mtime_ns) // 1_000_000)
-            found.append((digest_of(entry.name), info.st_size, now_ms - age_ms))
+            found.append((digest_of(entry.name), info.st_size, info.st_mtime_ns // 1_000_000))
         return found
 
     return StoreListing(
@@ -65,6 +63,14 @@ def list_store(store: BundleStore, now_ms: int) -> StoreListing:
         partials=tuple(PartialUpload(*found) for found in scan("partial")),
         mtimes_ns=mtimes,
     )
+
+
+def mark_used(store: BundleStore, bundle: StoredBundle, now_ms: int) -> None:
+    """Date a bundle a live job refers to ``now_ms`` (the caller's clock), so that its days unused
+    count from the end of its last job."""
+    stamp = now_ms * 1_000_000
+    with suppress(FileNotFoundError, PermissionError):
+        os.utime(store.directory / "sha256" / digest_hex(bundle.digest), ns=(stamp, stamp))
 
 
 def remove_bundle(store: BundleStore, bundle: StoredBundle, listing: StoreListing) -> bool:

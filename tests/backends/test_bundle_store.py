@@ -157,23 +157,22 @@ def age(path: Path, seconds: int) -> None:
     os.utime(path, (then, then))
 
 
-def test_every_use_touches_a_bundle_and_the_listing_dates_it_on_the_callers_clock(tmp_path: Path) -> None:
+def test_every_use_touches_a_bundle_and_the_listing_dates_its_last_use(tmp_path: Path) -> None:
     store = BundleStore(tmp_path / "bundles")
     write(tmp_path / "src", "train.py", b"print('train')\n")
     ref = bundle_workdir(tmp_path / "src", store)
     (store.directory / "sha256" / ".packing-abc").write_bytes(b"half packed")  # not an entry
-    caller_now = 5_000_000_000_000  # the caller's clock need not be the wall clock
     for use in (store.has, lambda r: store.unpack(r, Path(tempfile.mkdtemp(dir=tmp_path)))):
         age(store.path(ref), 7200)
-        (listed,) = list_store(store, caller_now).bundles
+        (listed,) = list_store(store).bundles
         assert listed.digest == ref.digest and listed.size == ref.size
-        assert caller_now - 7_205_000 <= listed.last_used_ms <= caller_now - 7_195_000
+        assert now_ms() - 7_205_000 <= listed.last_used_ms <= now_ms() - 7_195_000
         use(ref)
-        (listed,) = list_store(store, caller_now).bundles
-        assert listed.last_used_ms >= caller_now - 5_000
+        (listed,) = list_store(store).bundles
+        assert listed.last_used_ms >= now_ms() - 5_000
     age(store.path(ref), 7200)
     assert not store.peek(BundleRef(digest=ref.digest, size=ref.size + 1)) and store.received(ref) == ref.size
-    assert list_store(store, caller_now).bundles[0].last_used_ms <= caller_now - 7_195_000  # peeking is no use
+    assert list_store(store).bundles[0].last_used_ms <= now_ms() - 7_195_000  # peeking is no use
 
 
 def test_a_bundle_goes_unless_it_was_used_after_the_listing_and_a_reader_keeps_reading(tmp_path: Path) -> None:
@@ -181,11 +180,11 @@ def test_a_bundle_goes_unless_it_was_used_after_the_listing_and_a_reader_keeps_r
     payload = os.urandom(200_000)
     ref = stored(store, payload)
     age(store.path(ref), 7200)
-    listing = list_store(store, now_ms())
+    listing = list_store(store)
     store.has(ref)  # used after the listing: it stays
     assert not remove_bundle(store, listing.bundles[0], listing)
     assert store.has(ref) and store.path(ref).read_bytes() == payload
-    listing = list_store(store, now_ms())
+    listing = list_store(store)
     with store.path(ref).open("rb") as reader:  # a job's unpack under way
         head = reader.read(1000)
         assert remove_bundle(store, listing.bundles[0], listing)
@@ -199,7 +198,7 @@ def test_an_upload_being_written_is_never_let_go_and_an_abandoned_one_is(tmp_pat
     ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
     store = BundleStore(tmp_path / "bundles")
     upload(store, ref, payload[:400], 0)
-    listing = list_store(store, now_ms())
+    listing = list_store(store)
     (partial,) = listing.partials
     assert partial.size == 400
     with store.upload(ref, 400, 300) as writing:
@@ -213,7 +212,7 @@ def test_an_upload_being_written_is_never_let_go_and_an_abandoned_one_is(tmp_pat
     other = os.urandom(500)
     abandoned = BundleRef(digest="sha256:" + hashlib.sha256(other).hexdigest(), size=len(other))
     upload(store, abandoned, other[:100], 0)
-    listing = list_store(store, now_ms())
+    listing = list_store(store)
     assert remove_partial(store, listing.partials[0], listing)
     assert store.received(abandoned) == 0  # a parent asking again starts over: nothing is broken
     assert upload(store, abandoned, other, 0) == 500
