@@ -10,7 +10,9 @@ not read one; each route authenticates, then reads its body up to its limit (``B
 a handoff carries workdir files, a sync or a terminate a few ids) and parses it. A workdir bundle
 (``/bundles/{digest}``) arrives in chunks of at most ``bundles.chunk_bytes``, each streamed to
 disk as it is read (``backends/bundles.py``): ``GET`` says how much is here (all of it: nothing to
-send), ``PUT`` appends the next chunk, and the last one is verified against the digest. The OpenAPI
+send), ``PUT`` appends the next chunk, and the last one is verified against the digest; a bundle
+none of which is here yet is refused (``resource_exhausted``) when the store has no room for it
+under ``bundles.max_total_bytes``. The OpenAPI
 document is served to authenticated peers only (``/openapi.json``), and there is no ``/docs``
 page. Errors are JSON ``{"code", "message"}`` with a matching HTTP status: bad input is a 400
 naming the field, an over-long body a 413, never a 500.
