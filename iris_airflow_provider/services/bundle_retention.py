@@ -41,8 +41,12 @@ def collect_bundles(store: BundleReferences, bundles: BundleStore, rules: Retent
         if bundle.digest in referenced and now_ms - bundle.last_used_ms >= BUDGET_GRACE_MS:
             mark_used(bundles, bundle, now_ms)
     plan = plan_collection(listing.bundles, listing.partials, referenced, now_ms, rules)
-    removed = [f"partial {p.digest}" for p in plan.partials if remove_partial(bundles, p, listing)]
-    removed += [b.digest for b in plan.bundles if remove_bundle(bundles, b, listing)]
+    removed: list[str] = []
+    try:
+        removed += [f"partial {p.digest}" for p in plan.partials if remove_partial(bundles, p, listing)]
+        removed += [b.digest for b in plan.bundles if remove_bundle(bundles, b, listing)]
+    except OSError as error:  # a store this process may not write: the tick goes on, the log says why
+        log.warning("Bundle store %s: could not let go of a bundle: %s", bundles.directory, error)
     if removed:
         log.info(
             "Bundle store %s: let go of %d bundle(s) and abandoned upload(s) (%d of %d bytes planned): %s",
