@@ -11,8 +11,12 @@ Nothing is ever held whole in memory: packing, receiving, verifying and unpackin
 upload is appended to by one writer at a time (an exclusive ``flock`` on its partial file, across
 processes and api-server workers); another writer is refused and asks again.
 
+Bundles do not stay forever: each use (``has``, ``unpack``, ``complete``, ``pack``) touches the
+bundle's mtime, and the placement tick lets go what ``core/bundle_retention.py`` says
+(``backends/bundle_collection.py`` lists and deletes).
+
 A store elsewhere (``bundle_store: gs://bucket/prefix`` for a Kubernetes backend) would offer the
-same :class:`BundleSource` to the backend that reads it.
+same :class:`BundleSource` to the backend that reads it; it is cleaned by a bucket lifecycle rule.
 """
 
 from __future__ import annotations
@@ -25,13 +29,21 @@ import stat
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from iris_airflow_provider.core.bundle_retention import (
+    BUDGET_GRACE_MS,
+    DEFAULT_KEEP_PARTIAL_SECONDS,
+    DEFAULT_KEEP_UNUSED_SECONDS,
+    DEFAULT_MAX_TOTAL_BYTES,
+    MAX_TOTAL_BYTES_CEILING,
+    RetentionRules,
+)
 from iris_airflow_provider.core.bundles import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_MAX_BUNDLE_BYTES,
@@ -68,6 +80,42 @@ class BundleSettings(StrictModel):
         le=MAX_CHUNK_BYTES_CEILING,
         description="the most one upload request carries: sent by this cluster, accepted from peers (default 8 MiB)",
     )
+    max_total_bytes: int = Field(
+        default=DEFAULT_MAX_TOTAL_BYTES,
+        ge=1,
+        le=MAX_TOTAL_BYTES_CEILING,
+        description="what the store may hold: past it, least recently used unreferenced bundles go and new "
+        "uploads that cannot fit are refused (default 50 GiB)",
+    )
+    keep_unused_seconds: float = Field(
+        default=DEFAULT_KEEP_UNUSED_SECONDS,
+        ge=BUDGET_GRACE_MS / 1000,
+        le=365 * 86_400,
+        description="a bundle no live job refers to goes once unused this long (default 1 day)",
+    )
+    keep_partial_seconds: float = Field(
+        default=DEFAULT_KEEP_PARTIAL_SECONDS,
+        ge=60,
+        le=30 * 86_400,
+        description="an upload nobody wrote to for this long is abandoned and goes (default 1 hour)",
+    )
+
+    @model_validator(mode="after")
+    def _room_for_one_bundle(self) -> BundleSettings:
+        if self.max_total_bytes < self.max_bundle_bytes:
+            raise ValueError(
+                f"bundles.max_total_bytes ({self.max_total_bytes}) must be at least bundles.max_bundle_bytes "
+                f"({self.max_bundle_bytes}): the store could not hold the largest bundle this cluster takes"
+            )
+        return self
+
+    @property
+    def retention(self) -> RetentionRules:
+        return RetentionRules(
+            keep_unused_ms=int(self.keep_unused_seconds * 1000),
+            keep_partial_ms=int(self.keep_partial_seconds * 1000),
+            max_total_bytes=self.max_total_bytes,
+        )
 
     def store(self, default_dir: Path) -> BundleStore:
         return BundleStore(
@@ -135,6 +183,18 @@ class BundleStore:
         return self.directory / "partial" / ref.hex
 
     def has(self, ref: BundleRef) -> bool:
+        """Whether the bundle is here, complete; asking is a use (it keeps the bundle)."""
+        path = self.path(ref)
+        try:
+            # Touch first: a collector that renamed it away before this sees no change and deletes
+            # it (this answers False); one that renames it after sees the new mtime and puts it back.
+            _touch(path)
+            return path.stat().st_size == ref.size
+        except FileNotFoundError:
+            return False
+
+    def peek(self, ref: BundleRef) -> bool:
+        """Whether the bundle is here, complete, without using it."""
         try:
             return self.path(ref).stat().st_size == ref.size
         except FileNotFoundError:
@@ -142,7 +202,7 @@ class BundleStore:
 
     def received(self, ref: BundleRef) -> int:
         """How many bytes of the bundle are here: all of them once complete."""
-        if self.has(ref):
+        if self.peek(ref):
             return ref.size
         try:
             return min(self.partial_path(ref).stat().st_size, ref.size)
@@ -172,6 +232,7 @@ class BundleStore:
                 raise
         ref = BundleRef(digest=digest_of(digest.hexdigest()), size=size)
         os.replace(out.name, self.path(ref))  # the same tree packed twice: the same name, the same bytes
+        _touch(self.path(ref))
         return ref
 
     def read_chunk(self, ref: BundleRef, offset: int, length: int) -> bytes:
@@ -193,6 +254,7 @@ class BundleStore:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise UploadConflictError(f"bundle {ref.digest} is being uploaded by another request") from None
+            _check_still_named(partial, handle, ref)
             received = os.fstat(handle.fileno()).st_size
             problem = upload_problem(
                 offset=offset, length=length, received=received, size=ref.size, max_chunk_bytes=self.chunk_bytes
@@ -209,8 +271,13 @@ class BundleStore:
         """Verify a fully received upload and keep it; DigestMismatchError (and the upload discarded)
         when its bytes are not the bundle's."""
         partial = self.partial_path(ref)
-        with partial.open("rb") as handle:
+        try:
+            handle = partial.open("rb")
+        except FileNotFoundError:  # let go as abandoned since its last chunk: send it again
+            raise UploadConflictError(f"bundle {ref.digest}: the upload is no longer here; send it again") from None
+        with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # no writer appends while it is judged
+            _check_still_named(partial, handle, ref)
             digest = hashlib.sha256()
             size = 0
             while block := handle.read(_READ_BYTES):
@@ -225,6 +292,7 @@ class BundleStore:
                 )
             (self.directory / "sha256").mkdir(parents=True, exist_ok=True)
             os.replace(partial, self.path(ref))
+            _touch(self.path(ref))
 
     # A backend: unpacking into a job's workdir ---------------------------------------------------
 
@@ -233,6 +301,7 @@ class BundleStore:
         judged before it is written (``core/bundles.py``): a bundle holding a link, a device or a
         path out of the workdir is refused, whoever made it."""
         check = MemberCheck()
+        _touch(self.path(ref))
         with self.path(ref).open("rb") as raw, tarfile.open(fileobj=raw, mode="r|") as archive:
             for member in archive:
                 problem = check.problem(member)
@@ -246,3 +315,21 @@ class BundleStore:
                     shutil.copyfileobj(source, output, _READ_BYTES)
                 if is_executable(member):
                     target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _touch(path: Path) -> None:
+    """Mark a bundle used now (its mtime). FileNotFoundError when it is not here; a store another
+    user owns and this one cannot write is left as it is (the bundle ages from its last touch)."""
+    with suppress(PermissionError):
+        os.utime(path)
+
+
+def _check_still_named(path: Path, handle: BinaryIO, ref: BundleRef) -> None:
+    """The locked partial file is still the one at ``path`` (not let go as abandoned meanwhile)."""
+    info = os.fstat(handle.fileno())
+    try:
+        current = path.stat()
+    except FileNotFoundError:
+        current = None
+    if current is None or (current.st_ino, current.st_dev) != (info.st_ino, info.st_dev):
+        raise UploadConflictError(f"bundle {ref.digest}: the upload was let go meanwhile; ask where it stands")

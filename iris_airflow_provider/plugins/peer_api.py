@@ -10,7 +10,9 @@ not read one; each route authenticates, then reads its body up to its limit (``B
 a handoff carries workdir files, a sync or a terminate a few ids) and parses it. A workdir bundle
 (``/bundles/{digest}``) arrives in chunks of at most ``bundles.chunk_bytes``, each streamed to
 disk as it is read (``backends/bundles.py``): ``GET`` says how much is here (all of it: nothing to
-send), ``PUT`` appends the next chunk, and the last one is verified against the digest. The OpenAPI
+send), ``PUT`` appends the next chunk, and the last one is verified against the digest; a bundle
+none of which is here yet is refused (``resource_exhausted``) when the store has no room for it
+under ``bundles.max_total_bytes``. The OpenAPI
 document is served to authenticated peers only (``/openapi.json``), and there is no ``/docs``
 page. Errors are JSON ``{"code", "message"}`` with a matching HTTP status: bad input is a 400
 naming the field, an over-long body a 413, never a 500.
@@ -194,6 +196,12 @@ def _bundle(digest: str, size: int, bundles: BundleStore) -> BundleRef:
     return ref
 
 
+def _admit_new_upload(ref: BundleRef, bundles: BundleStore, receiving: Receiver) -> None:
+    """Nothing of the bundle is here yet: refused now if the store has no room for it."""
+    if not bundles.peek(ref) and bundles.received(ref) == 0:
+        receiving.check_bundle_room(ref)
+
+
 def _bundle_status(ref: BundleRef, bundles: BundleStore) -> BundleStatus:
     received = bundles.received(ref)
     return BundleStatus(
@@ -206,9 +214,14 @@ def _bundle_status(ref: BundleRef, bundles: BundleStore) -> BundleStatus:
 
 
 @app.get("/bundles/{digest}")
-def bundle_status(digest: DigestPath, size: BundleSize, _peer: Caller, bundles: Bundles) -> BundleStatus:
-    """How much of a workdir bundle this cluster holds (``complete``: all, nothing to send)."""
-    return _bundle_status(_bundle(digest, size, bundles), bundles)
+def bundle_status(
+    digest: DigestPath, size: BundleSize, _peer: Caller, bundles: Bundles, receiving: ReceiverDep
+) -> BundleStatus:
+    """How much of a workdir bundle this cluster holds (``complete``: all, nothing to send); a bundle
+    none of which is here and for which the store has no room is refused (``resource_exhausted``)."""
+    ref = _bundle(digest, size, bundles)
+    _admit_new_upload(ref, bundles, receiving)
+    return _bundle_status(ref, bundles)
 
 
 @app.put("/bundles/{digest}", openapi_extra={"requestBody": {"content": {"application/octet-stream": {}}}})
@@ -218,6 +231,7 @@ async def upload_bundle_chunk(
     offset: Annotated[int, Query(ge=0, description="where the chunk starts: the bytes this cluster holds")],
     _peer: Caller,
     bundles: Bundles,
+    receiving: ReceiverDep,
     request: Request,
 ) -> BundleStatus:
     """Append the next chunk of a workdir bundle, streamed to disk; the last one is verified against
@@ -231,6 +245,7 @@ async def upload_bundle_chunk(
     length = int(declared)
     if length > bundles.chunk_bytes:
         raise BodyTooLargeError(f"{request.method} {request.url.path}", bundles.chunk_bytes)
+    await anyio.to_thread.run_sync(_admit_new_upload, ref, bundles, receiving)
     try:
         with bundles.upload(ref, offset, length) as upload:
             async for chunk in request.stream():

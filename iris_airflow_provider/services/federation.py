@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from iris_airflow_provider.backends.base import Backend, now_ms
 from iris_airflow_provider.core.availability import LocalBackend, PeerState
+from iris_airflow_provider.core.bundles import BundleRef
 from iris_airflow_provider.core.handoff_policy import RequeueRules
 from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.orphans import KillAction
@@ -21,6 +22,7 @@ from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
 from iris_airflow_provider.peers.base import Peer
+from iris_airflow_provider.services.bundle_retention import collect_bundles, upload_problem
 from iris_airflow_provider.services.cancel import Cancels
 from iris_airflow_provider.services.children import ChildJobs
 from iris_airflow_provider.services.delivery import Delivery
@@ -136,6 +138,7 @@ class Federation:
             renew_job_tokens=(
                 (lambda in_flight: renew_token_files(job_tokens, in_flight, runners.backend_of)) if job_tokens else None
             ),
+            collect_bundles=self.collect_bundles,
         )
         # What a running job may do with this cluster (submit, wait for and cancel its children),
         # authenticated by its job token: only where this cluster issues them.
@@ -144,6 +147,14 @@ class Federation:
             if job_tokens
             else None
         )
+
+    def collect_bundles(self, now_ms: int) -> list[str]:
+        """Let go of the workdir bundles (and abandoned uploads) no live job needs any more."""
+        return collect_bundles(self.store, self.config.bundle_store(), self.config.bundles.retention, now_ms)
+
+    def bundle_upload_problem(self, ref: BundleRef) -> str:
+        """Why a new upload of ``ref`` does not fit in this cluster's bundle store ("" when it does)."""
+        return upload_problem(self.store, self.config.bundle_store(), ref, self.config.bundles.retention, self.clock())
 
     @property
     def staleness_ms(self) -> int:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from iris_airflow_provider.backends.base import Backend, ReplicaReport, now_ms
 from iris_airflow_provider.backends.bundles import bundle_limit
+from iris_airflow_provider.core.bundles import BundleRef
 from iris_airflow_provider.core.constraints import satisfies_all
 from iris_airflow_provider.core.errors import SpecError
 from iris_airflow_provider.core.job_report import ChildReport
@@ -224,6 +225,14 @@ class Receiver:
         if not spec.is_root:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
         return spec
+
+    def check_bundle_room(self, ref: BundleRef) -> None:
+        """A new upload that would take the bundle store past ``bundles.max_total_bytes``, even once
+        everything collectable is gone, is refused before any byte is sent: the parent requeues the
+        job for another cluster."""
+        problem = self.federation.bundle_upload_problem(ref)
+        if problem:
+            raise PeerError(PeerErrorCode.RESOURCE_EXHAUSTED, problem)
 
     def _check_bundle(self, spec: JobSpec) -> None:
         """A job whose workdir is a bundle is admitted once the bundle is here; until then the parent

@@ -2,7 +2,8 @@
 
 orphan cancels (with Airflow's task states) -> heartbeat -> settle lost peers -> expire -> plan and
 promote -> deliver -> sync -> withdraw jobs not started in time -> relay logs -> cancel re-drive ->
-abandoned cleanup -> retention. Each step lives in its own module; this one only sequences them.
+abandoned cleanup -> retention -> bundle store collection. Each step lives in its own module; this
+one only sequences them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class TickReport:
     cancelled: list[str] = field(default_factory=list)  # cancels confirmed by whoever runs the job
     orphaned: list[str] = field(default_factory=list)  # children cancelled because their parent ended
     pruned: list[str] = field(default_factory=list)  # finished jobs past the retention, deleted
+    collected: list[str] = field(default_factory=list)  # workdir bundles (and abandoned uploads) let go
     pending: int = 0
     duration_ms: int = 0
     skipped: str = ""  # why this tick did nothing (another tick held the lease), or "" when it ran
@@ -80,6 +82,7 @@ class TickReport:
             "cancelled",
             "orphaned",
             "pruned",
+            "collected",
         )
         for name in names:
             items: list[str] = getattr(self, name)
@@ -104,6 +107,8 @@ class Tick:
     retention_ms: int = 0  # finished jobs older than this are pruned (0: never)
     # Rewrites the tokens of live jobs whose backend keeps them in a file (services/job_tokens.py).
     renew_job_tokens: Callable[[list[JobRecord]], int] | None = None
+    # Lets go of workdir bundles no live job needs, at the given time (services/bundle_retention.py).
+    collect_bundles: Callable[[int], list[str]] | None = None
 
     def run(self, task_states: TaskStates | None = None) -> TickReport:
         """One pass of each step, under the tick lease: however ticks are started (the schedule, a
@@ -163,3 +168,5 @@ class Tick:
         report.cancelled += terminate_abandoned(self.store, self.heartbeats.peers, self.clock, self.timeout_s)
         self._renew(holder, "retention")
         report.pruned = prune_finished(self.store, self.clock(), self.retention_ms, task_states)
+        if self.collect_bundles is not None:
+            report.collected = self.collect_bundles(self.clock())

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from iris_airflow_provider.store.common import TERMINAL_VALUES, StoreBase
+from iris_airflow_provider.store.common import TERMINAL_VALUES, StoreBase, not_terminal
 from iris_airflow_provider.store.records import JobRecord
 from iris_airflow_provider.store.schema import job_events, job_logs, job_results, jobs, superseded_incarnations
 
@@ -72,3 +72,11 @@ class Retention(StoreBase):
                 )
             )
         return lines
+
+    def live_bundle_digests(self) -> set[str]:
+        """The workdir bundles jobs not yet finished refer to (local, sent and received): the
+        bundle store keeps these whatever their age."""
+        digest = jobs.c.spec["bundle"]["digest"].as_string()
+        query = sa.select(digest).distinct().where(not_terminal(), digest.is_not(None))
+        with self._read() as connection:
+            return {value for (value,) in connection.execute(query) if value}

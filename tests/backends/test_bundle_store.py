@@ -3,17 +3,24 @@ an upload resumes after a cut, is verified at the end, and has one writer at a t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
 import tarfile
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from iris_airflow_provider.backends.base import now_ms
+from iris_airflow_provider.backends.bundle_collection import list_store, remove_bundle, remove_partial
 from iris_airflow_provider.backends.bundles import BundleStore, DigestMismatchError, UploadConflictError
 from iris_airflow_provider.core.bundles import BundleError, BundleRef
 from iris_airflow_provider.operators.workdir import WorkdirError, bundle_workdir
+from tests.waiting import wait_for
 
 
 def write(root: Path, name: str, data: bytes, *, mtime: int = 0, mode: int = 0o644) -> None:
@@ -133,3 +140,121 @@ def test_one_writer_at_a_time_and_no_chunk_past_its_announced_length(tmp_path: P
             first.write(payload[:501])
         first.write(payload[:500])
     assert store.received(ref) == 500
+
+
+# Retention: uses touch, the listing dates entries on the caller's clock, deletions are conditional --
+
+
+def stored(store: BundleStore, payload: bytes) -> BundleRef:
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
+    upload(store, ref, payload, 0)
+    store.complete(ref)
+    return ref
+
+
+def age(path: Path, seconds: int) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_every_use_touches_a_bundle_and_the_listing_dates_its_last_use(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "bundles")
+    write(tmp_path / "src", "train.py", b"print('train')\n")
+    ref = bundle_workdir(tmp_path / "src", store)
+    (store.directory / "sha256" / ".packing-abc").write_bytes(b"half packed")  # not an entry
+    for use in (store.has, lambda r: store.unpack(r, Path(tempfile.mkdtemp(dir=tmp_path)))):
+        age(store.path(ref), 7200)
+        (listed,) = list_store(store).bundles
+        assert listed.digest == ref.digest and listed.size == ref.size
+        assert now_ms() - 7_205_000 <= listed.last_used_ms <= now_ms() - 7_195_000
+        use(ref)
+        (listed,) = list_store(store).bundles
+        assert listed.last_used_ms >= now_ms() - 5_000
+    age(store.path(ref), 7200)
+    assert not store.peek(BundleRef(digest=ref.digest, size=ref.size + 1)) and store.received(ref) == ref.size
+    assert list_store(store).bundles[0].last_used_ms <= now_ms() - 7_195_000  # peeking is no use
+
+
+def test_a_bundle_goes_unless_it_was_used_after_the_listing_and_a_reader_keeps_reading(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "bundles")
+    payload = os.urandom(200_000)
+    ref = stored(store, payload)
+    age(store.path(ref), 7200)
+    listing = list_store(store)
+    store.has(ref)  # used after the listing: it stays
+    assert not remove_bundle(store, listing.bundles[0], listing)
+    assert store.has(ref) and store.path(ref).read_bytes() == payload
+    listing = list_store(store)
+    with store.path(ref).open("rb") as reader:  # a job's unpack under way
+        head = reader.read(1000)
+        assert remove_bundle(store, listing.bundles[0], listing)
+        assert head + reader.read() == payload
+    assert not store.has(ref) and list(store.directory.joinpath("sha256").iterdir()) == []
+    assert not remove_bundle(store, listing.bundles[0], listing)  # already gone
+
+
+def test_an_upload_being_written_is_never_let_go_and_an_abandoned_one_is(tmp_path: Path) -> None:
+    payload = os.urandom(1000)
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
+    store = BundleStore(tmp_path / "bundles")
+    upload(store, ref, payload[:400], 0)
+    listing = list_store(store)
+    (partial,) = listing.partials
+    assert partial.size == 400
+    with store.upload(ref, 400, 300) as writing:
+        assert not remove_partial(store, partial, listing)  # the writer holds it
+        writing.write(payload[400:700])
+    assert not remove_partial(store, partial, listing)  # written since it was listed
+    assert upload(store, ref, payload[700:], 700) == 1000
+    store.complete(ref)
+    assert store.has(ref) and store.path(ref).read_bytes() == payload
+
+    other = os.urandom(500)
+    abandoned = BundleRef(digest="sha256:" + hashlib.sha256(other).hexdigest(), size=len(other))
+    upload(store, abandoned, other[:100], 0)
+    listing = list_store(store)
+    assert remove_partial(store, listing.partials[0], listing)
+    assert store.received(abandoned) == 0  # a parent asking again starts over: nothing is broken
+    assert upload(store, abandoned, other, 0) == 500
+    store.complete(abandoned)
+    assert store.has(abandoned)
+
+
+def test_completing_an_upload_let_go_meanwhile_asks_the_sender_to_start_over(tmp_path: Path) -> None:
+    """The collector holds the partial's lock; ``complete`` has opened the file and waits for the
+    lock; the collector unlinks it: once ``complete`` has the lock it sees the path no longer names
+    its file, and neither keeps the bytes nor crashes."""
+    payload = os.urandom(1000)
+    ref = BundleRef(digest="sha256:" + hashlib.sha256(payload).hexdigest(), size=len(payload))
+    store = BundleStore(tmp_path / "bundles")
+    upload(store, ref, payload, 0)
+    partial = store.partial_path(ref)
+    outcome: list[BaseException | None] = []
+
+    def complete() -> None:
+        try:
+            store.complete(ref)
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    with partial.open("rb") as collector:
+        fcntl.flock(collector.fileno(), fcntl.LOCK_EX)
+        finisher = threading.Thread(target=complete)
+        finisher.start()
+        wait_for(lambda: _opened_by_this_process(partial) >= 2, "complete() to open the partial upload")
+        partial.unlink()
+    finisher.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], UploadConflictError), outcome
+    assert "let go meanwhile" in str(outcome[0])
+    assert not store.has(ref) and store.received(ref) == 0
+
+
+def _opened_by_this_process(path: Path) -> int:
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            count += os.readlink(fd) == str(path)
+        except OSError:
+            continue
+    return count

@@ -380,3 +380,24 @@ def test_a_trusted_peer_has_one_key_or_two_while_it_rotates(tmp_path: Path) -> N
         "c.yaml: federation.trusted_peers.marin.public_key": "give 1 or 2 keys (the current and, during a rotation, "
         "the next), got 3"
     }
+
+
+def test_bundle_retention_settings_are_bounded_and_named(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "bundles.yaml",
+        "name: marin\nbundles: {keep_unused_seconds: 10, keep_partial_seconds: 0, max_total_bytes: 0}\n",
+    )
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(path)
+    found = problems(error)
+    assert found[f"{path}: bundles.keep_unused_seconds"] == "must be >= 300.0"
+    assert found[f"{path}: bundles.keep_partial_seconds"] == "must be >= 60.0"
+    assert found[f"{path}: bundles.max_total_bytes"] == "must be >= 1"
+    small = write(tmp_path, "small.yaml", "name: marin\nbundles: {max_bundle_bytes: 2000, max_total_bytes: 1000}\n")
+    with pytest.raises(SpecError) as error:
+        load_cluster_config(small)
+    (message,) = problems(error).values()
+    assert "bundles.max_total_bytes (1000) must be at least bundles.max_bundle_bytes (2000)" in message
+    rules = load_cluster_config(write(tmp_path, "default.yaml", "name: marin\n")).bundles.retention
+    assert (rules.keep_unused_ms, rules.keep_partial_ms, rules.max_total_bytes) == (86_400_000, 3_600_000, 50 * 2**30)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from iris_airflow_provider.backends.bundles import BundleStore
+from iris_airflow_provider.backends.bundles import BundleSettings, BundleStore
 from iris_airflow_provider.core.bundles import BundleRef
 from iris_airflow_provider.core.handoff_policy import DeliveryError
 from iris_airflow_provider.core.states import JobState
@@ -259,3 +260,38 @@ def _request(delivered):  # type: ignore[no-untyped-def]
     from iris_airflow_provider.peers.wire import HandoffRequest
 
     return HandoffRequest.of(delivered)
+
+
+async def test_a_new_upload_the_store_has_no_room_for_is_resource_exhausted_before_any_byte(
+    peer: Peer, peer_bundles: BundleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundles = BundleSettings(max_bundle_bytes=2 * MiB, max_total_bytes=3 * MiB)
+    monkeypatch.setattr(peer.federation, "config", peer.federation.config.model_copy(update={"bundles": bundles}))
+    held = os.urandom(2 * MiB)  # a bundle used a moment ago: a job may just have been admitted on it
+    held_ref = ref_of(held)
+    for offset in range(0, len(held), CHUNK):
+        with peer_bundles.upload(held_ref, offset, CHUNK) as chunk:
+            chunk.write(held[offset : offset + CHUNK])
+    peer_bundles.complete(held_ref)
+
+    incoming = BundleRef(digest="sha256:" + "3" * 64, size=2 * MiB)
+    path, params = f"/bundles/{incoming.digest}", {"size": incoming.size, "offset": 0}
+    says = refusal(await call("GET", path, marin_token(), params=params), 429, "resource_exhausted")
+    assert f"bundle {incoming.digest} of {2 * MiB} bytes does not fit" in says
+    assert "bundles.max_total_bytes" in says and f"holds {2 * MiB} bytes, of which 0 can be let go" in says
+    body = Body(CHUNK)
+    response = await call(
+        "PUT", path, marin_token(), params=params, content=body, headers={"Content-Length": str(CHUNK)}
+    )
+    assert "bundles.max_total_bytes" in refusal(response, 429, "resource_exhausted")
+    assert body.pulled == 0 and peer_bundles.received(incoming) == 0
+
+    small = BundleRef(digest="sha256:" + "4" * 64, size=1 * MiB)  # fits beside it
+    response = await call("GET", f"/bundles/{small.digest}", marin_token(), params={"size": small.size})
+    assert response.status_code == 200 and response.json()["received"] == 0
+
+    # Once the held bundle is past the grace and no live job refers to it, it can be let go: admitted.
+    long_ago = time.time() - 600
+    os.utime(peer_bundles.path(held_ref), (long_ago, long_ago))
+    response = await call("GET", path, marin_token(), params=params)
+    assert response.status_code == 200 and response.json()["received"] == 0
