@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, replace
 
 from iris_airflow_provider.backends.base import JobReport, LogChunk
@@ -125,9 +125,13 @@ class Mirror:
                 reader = self.log_reader(job)
                 if reader is not None:
                     self.relay(job, reader)
-                peer = self.runners.peer_of(job) if job.children else None
-                if peer is not None:  # and its children's
-                    self.relay_children(job, peer)
+                # And its children's: those mirrored before, and those this very report is the first
+                # to name (a tree that ran wholly between two syncs), whose output is otherwise lost.
+                cursors = _child_cursors(job)
+                cursors.update({c.job_id: "" for c in job_report.children or () if c.job_id not in cursors})
+                peer = self.runners.peer_of(job) if cursors else None
+                if peer is not None:
+                    self.relay_children(job, peer, cursors)
             current.append(self._checked_serving_urls(job, job_report))
         return self.store.mirror_many(current, self.clock()) if current else set()
 
@@ -175,7 +179,7 @@ class Mirror:
         def relay_peer(peer: Peer) -> None:
             for job in by_peer[peer.peer_id]:
                 self.relay(job, _peer_reader(peer))
-                self.relay_children(job, peer)
+                self.relay_children(job, peer, _child_cursors(job))
 
         for peer_id, result in each_peer(self._peers(by_peer), relay_peer, self.timeout_s).items():
             if isinstance(result, BaseException):
@@ -193,18 +197,24 @@ class Mirror:
         if chunk.lines or chunk.next_cursor != job.log_cursor:
             self.store.append_logs(job.job_id, job.nonce, chunk.lines, chunk.next_cursor, self.clock())
 
-    def relay_children(self, job: JobRecord, peer: Peer) -> None:
-        """Copy new output of a handed-off root's children into its output, each line naming its child."""
-        for child in job.children:
+    def relay_children(self, job: JobRecord, peer: Peer, cursors: Mapping[str, str]) -> None:
+        """Copy new output of a handed-off root's children (by id, with where reading each has got to)
+        into its output, each line naming its child."""
+        for child_id, cursor in cursors.items():
             try:
-                chunk = peer.logs(child["job_id"], child.get("log_cursor", ""), LOG_LINES_PER_TICK)
+                chunk = peer.logs(child_id, cursor, LOG_LINES_PER_TICK)
             except (PeerError, OSError, ValueError) as error:
-                log.info("Could not relay output of %s this tick: %s", child["job_id"], error)
+                log.info("Could not relay output of %s this tick: %s", child_id, error)
                 continue
-            if chunk.lines or chunk.next_cursor != child.get("log_cursor", ""):
+            if chunk.lines or chunk.next_cursor != cursor:
                 self.store.append_child_logs(
-                    job.job_id, job.nonce, child["job_id"], chunk.lines, chunk.next_cursor, self.clock()
+                    job.job_id, job.nonce, child_id, chunk.lines, chunk.next_cursor, self.clock()
                 )
+
+
+def _child_cursors(job: JobRecord) -> dict[str, str]:
+    """Where relaying the output of each of a root's mirrored children has got to."""
+    return {child["job_id"]: child.get("log_cursor", "") for child in job.children}
 
 
 def _peer_reader(peer: Peer) -> LogReader:

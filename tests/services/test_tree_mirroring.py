@@ -5,10 +5,13 @@ its task log says how each child ends. A cancel of the root from the parent canc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from iris_airflow_provider.backends.base import LogChunk
 from iris_airflow_provider.cluster.build import build_local_backends
 from iris_airflow_provider.cluster.config import parse_cluster_config
 from iris_airflow_provider.core.job_report import ChildReport
@@ -21,6 +24,7 @@ from iris_airflow_provider.services.job_tokens import JobTokens
 from iris_airflow_provider.services.receiver import Receiver
 from iris_airflow_provider.store.records import NewIncarnation
 from iris_airflow_provider.store.store import FederationStore
+from tests.services.world import ALICE, FakePeer, World, spec
 from tests.waiting import wait_for
 
 ROOT = "marin:/alice/coordinator"
@@ -138,3 +142,46 @@ def test_the_parent_keeps_the_reported_tree_on_the_root_with_its_output_and_says
     assert "[/alice/coordinator/a] [replica 0] hi" in lines
     assert "[iris-federation] child /alice/coordinator/b: failed (exit code 4)" in lines
     assert "children" in [e.kind for e in store.events(root.job_id)]
+
+
+class TreePeer(FakePeer):
+    """A peer on which a root's whole tree runs between two of the parent's syncs: the first report
+    the parent gets has the root ended, naming its children for the first time; it serves their output."""
+
+    def __init__(self, peer_id: str, clock: Callable[[], int]) -> None:
+        super().__init__(peer_id, clock)
+        self.child_output: dict[str, tuple[str, ...]] = {}
+
+    def logs(self, job_id: str, cursor: str, max_lines: int) -> LogChunk:
+        return LogChunk((), "end") if cursor == "end" else LogChunk(self.child_output.get(job_id, ()), "end")
+
+
+def test_a_tree_that_ran_wholly_between_two_syncs_still_has_its_childrens_output_relayed(
+    world_with: Callable[..., World],
+) -> None:
+    world = world_with()
+    peer = TreePeer("cw-fake", world.clock)
+    federation = world.federation({"cw-fake": peer})
+    federation.submit(spec("/alice/coordinator", "coordinate", h100=1), submitting_user=ALICE)
+    assert federation.tick().delivered == ["/alice/coordinator"]
+    children = (
+        ChildReport("/alice/coordinator/a", JobState.SUCCEEDED, 0),
+        ChildReport("/alice/coordinator/b", JobState.FAILED, 4),
+    )
+    peer.child_output = {
+        "/alice/coordinator/a": ("[replica 0] from a",),
+        "/alice/coordinator/b": ("[replica 0] from b",),
+    }
+    ended = replace(peer.jobs["/alice/coordinator"], state=JobState.SUCCEEDED, exit_code=0, children=children)
+    peer.jobs["/alice/coordinator"] = ended
+    federation.tick()
+    root = world.job("/alice/coordinator")
+    assert root.state is JobState.SUCCEEDED and [c["job_id"] for c in root.children] == [c.job_id for c in children]
+    lines = [line for _, line in world.store.log_lines(root.job_id)]
+    # Each child's output, then how it ended, as when the tree is seen running.
+    assert lines.index("[/alice/coordinator/a] [replica 0] from a") < lines.index(
+        "[iris-federation] child /alice/coordinator/a: succeeded (exit code 0)"
+    )
+    assert lines.index("[/alice/coordinator/b] [replica 0] from b") < lines.index(
+        "[iris-federation] child /alice/coordinator/b: failed (exit code 4)"
+    )
