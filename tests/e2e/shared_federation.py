@@ -29,6 +29,7 @@ import json
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -40,6 +41,7 @@ from tests.e2e.conftest import free_port
 from tests.e2e.deployments import deployment_pair
 
 FIXTURE = "federation"  # the fixture's name: what marks a test as using the shared pair
+E2E_TESTS = Path(__file__).resolve().parent
 
 
 @dataclass
@@ -124,7 +126,9 @@ SHARED = SharedFederation()
 
 
 def uses_shared_pair(item: pytest.Item) -> bool:
-    return FIXTURE in getattr(item, "fixturenames", ())
+    """Whether ``item`` asks for the pair: the ``federation`` fixture of the e2e tests (other suites
+    have fixtures of that name of their own)."""
+    return FIXTURE in getattr(item, "fixturenames", ()) and Path(item.path).is_relative_to(E2E_TESTS)
 
 
 def group_shared_modules(items: list[pytest.Item]) -> None:
