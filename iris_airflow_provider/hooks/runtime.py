@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from airflow.providers.common.compat.sdk import conf
 
@@ -120,23 +120,21 @@ def get_bundle_store(conn_id: str | None = None) -> BundleStore:
     return get_federation(conn_id).config.bundle_store()
 
 
-def get_receiver(start_run: Callable[[JobRecord], None], conn_id: str | None = None) -> Receiver:
+def get_receiver(
+    start_run: Callable[[JobRecord], None],
+    serving_urls: Callable[[JobRecord], Mapping[str, str]] | None = None,
+    conn_id: str | None = None,
+) -> Receiver:
     """The peer side, for the peer API in the api-server; ``start_run`` makes each accepted
-    handoff visible in Airflow (the plugin passes the runner DAG's)."""
+    handoff visible in Airflow (the plugin passes the runner DAG's), ``serving_urls`` mints where
+    this cluster serves a received job's ports (the plugin passes ``hooks/serving.py``'s)."""
     federation = get_federation(conn_id)
     key = (*cluster_config_source(), conn_id or default_conn_id())
     with _lock:
         receiver = _receivers.get(key)
         if receiver is None:
-            receiver = _receivers[key] = Receiver(federation, start_run=start_run, serving_urls=_mint_serving_urls)
+            receiver = _receivers[key] = Receiver(federation, start_run=start_run, serving_urls=serving_urls)
         return receiver
-
-
-def _mint_serving_urls(job: JobRecord) -> dict[str, str]:
-    """Where this cluster serves a received job's ports, for its requester's sync."""
-    from iris_airflow_provider.hooks.serving import get_serving  # it builds on this module's federation
-
-    return get_serving().urls(job)
 
 
 def own_url() -> str:

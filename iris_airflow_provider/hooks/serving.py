@@ -10,6 +10,7 @@ from iris_airflow_provider.hooks.cluster_configuration import cluster_config, cl
 from iris_airflow_provider.hooks.federation_peer import peer_endpoints
 from iris_airflow_provider.hooks.runtime import get_federation, own_url
 from iris_airflow_provider.services.serving import Serving, read_secret
+from iris_airflow_provider.store.records import JobRecord
 
 _lock = threading.Lock()
 _serving: dict[tuple[str, str], Serving] = {}
@@ -33,6 +34,11 @@ def get_serving() -> Serving:
         with _lock:
             serving = _serving.setdefault(source, serving)
     return serving
+
+
+def minted_urls(job: JobRecord) -> dict[str, str]:
+    """Where this cluster serves a received job's ports, for its requester's sync."""
+    return get_serving().urls(job)
 
 
 def relay_targets() -> dict[str, str]:

@@ -66,9 +66,10 @@ Body = TypeVar("Body", bound=BaseModel)
 
 def receiver() -> Receiver:
     from iris_airflow_provider.hooks.runtime import get_receiver
+    from iris_airflow_provider.hooks.serving import minted_urls
     from iris_airflow_provider.operators.runner_runs import start_runner_run
 
-    return get_receiver(start_runner_run)
+    return get_receiver(start_runner_run, minted_urls)
 
 
 def caller(authorization: Annotated[str | None, Header()] = None) -> str:

@@ -38,7 +38,7 @@ def serve_peer(tmp_path: Path, store: FederationStore, monkeypatch: pytest.Monke
     """Cluster cw-east (trusting marin and cw-west) behind the peer API app, on ``store``."""
     receiving = Peer(tmp_path, store)
     verifier = TokenVerifier("cw-east", {"marin": MARIN_PUBLIC, "cw-west": OTHER_PUBLIC})
-    monkeypatch.setattr(runtime, "get_receiver", lambda start_run: receiving.receiver)
+    monkeypatch.setattr(runtime, "get_receiver", lambda start_run, serving_urls: receiving.receiver)
     monkeypatch.setattr(runtime, "get_peer_authenticator", lambda: PeerAuthenticator(verifier, store))
     return receiving
 
