@@ -15,16 +15,13 @@ import os
 import uuid
 from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.core.bundle_retention import PartialUpload, StoredBundle
-from iris_airflow_provider.core.bundles import digest_of
+from iris_airflow_provider.core.bundles import digest_of, hex_of
 
 _HEX_DIGITS = frozenset("0123456789abcdef")
-
-
-def digest_hex(digest: str) -> str:
-    return digest.removeprefix("sha256:")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,17 +31,17 @@ class StoreListing:
 
     bundles: tuple[StoredBundle, ...]
     partials: tuple[PartialUpload, ...]
-    mtimes_ns: dict[str, int]  # "sha256/<hex>" or "partial/<hex>" -> st_mtime_ns when listed
+    mtimes_ns: dict[Path, int]  # each entry's file -> its st_mtime_ns when listed
 
 
 def list_store(store: BundleStore) -> StoreListing:
     """Every complete bundle and partial upload, each with its last use (one directory listing each)."""
-    mtimes: dict[str, int] = {}
+    mtimes: dict[Path, int] = {}
 
-    def scan(kind: str) -> list[tuple[str, int, int]]:
+    def scan(directory: Path) -> list[tuple[str, int, int]]:
         found = []
         try:
-            entries = list(os.scandir(store.directory / kind))
+            entries = list(os.scandir(directory))
         except FileNotFoundError:
             return []
         for entry in entries:
@@ -54,13 +51,13 @@ def list_store(store: BundleStore) -> StoreListing:
                 info = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            mtimes[f"{kind}/{entry.name}"] = info.st_mtime_ns
+            mtimes[directory / entry.name] = info.st_mtime_ns
             found.append((digest_of(entry.name), info.st_size, info.st_mtime_ns // 1_000_000))
         return found
 
     return StoreListing(
-        bundles=tuple(StoredBundle(*found) for found in scan("sha256")),
-        partials=tuple(PartialUpload(*found) for found in scan("partial")),
+        bundles=tuple(StoredBundle(*found) for found in scan(store.complete_dir)),
+        partials=tuple(PartialUpload(*found) for found in scan(store.partial_dir)),
         mtimes_ns=mtimes,
     )
 
@@ -70,21 +67,20 @@ def mark_used(store: BundleStore, bundle: StoredBundle, now_ms: int) -> None:
     count from the end of its last job."""
     stamp = now_ms * 1_000_000
     with suppress(FileNotFoundError, PermissionError):
-        os.utime(store.directory / "sha256" / digest_hex(bundle.digest), ns=(stamp, stamp))
+        os.utime(store.complete_dir / hex_of(bundle.digest), ns=(stamp, stamp))
 
 
 def remove_bundle(store: BundleStore, bundle: StoredBundle, listing: StoreListing) -> bool:
     """Delete a complete bundle if nobody used it since ``listing``. It is renamed away first
     and put back if its mtime moved: a reader that opened it keeps reading (POSIX), and one
     that asks for it in between is told it is not here (a peer then has it uploaded again)."""
-    name = f"sha256/{digest_hex(bundle.digest)}"
-    path = store.directory / name
+    path = store.complete_dir / hex_of(bundle.digest)
     doomed = path.with_name(f".collecting-{path.name}-{uuid.uuid4().hex}")
     try:
         os.rename(path, doomed)
     except FileNotFoundError:
         return False
-    if doomed.stat().st_mtime_ns != listing.mtimes_ns.get(name):
+    if doomed.stat().st_mtime_ns != listing.mtimes_ns.get(path):
         os.replace(doomed, path)  # used meanwhile: it stays (a copy stored meanwhile has the same bytes)
         return False
     doomed.unlink()
@@ -93,8 +89,7 @@ def remove_bundle(store: BundleStore, bundle: StoredBundle, listing: StoreListin
 
 def remove_partial(store: BundleStore, partial: PartialUpload, listing: StoreListing) -> bool:
     """Delete an abandoned upload if no writer holds it and nothing was written since ``listing``."""
-    name = f"partial/{digest_hex(partial.digest)}"
-    path = store.directory / name
+    path = store.partial_dir / hex_of(partial.digest)
     try:
         handle = path.open("rb")
     except FileNotFoundError:
@@ -111,7 +106,7 @@ def remove_partial(store: BundleStore, partial: PartialUpload, listing: StoreLis
             return False
         if (current.st_ino, current.st_dev) != (info.st_ino, info.st_dev):
             return False  # completed, or started again, since it was listed
-        if info.st_mtime_ns != listing.mtimes_ns.get(name):
+        if info.st_mtime_ns != listing.mtimes_ns.get(path):
             return False
         # Unlinked under the lock: a writer that opened it before finds, once it has the lock,
         # that the path no longer names its file, and asks again (``BundleStore.upload``).

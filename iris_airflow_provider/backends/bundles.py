@@ -176,11 +176,19 @@ class BundleStore:
 
     # Where things are ---------------------------------------------------------------------------
 
+    @property
+    def complete_dir(self) -> Path:
+        return self.directory / "sha256"
+
+    @property
+    def partial_dir(self) -> Path:
+        return self.directory / "partial"
+
     def path(self, ref: BundleRef) -> Path:
-        return self.directory / "sha256" / ref.hex
+        return self.complete_dir / ref.hex
 
     def partial_path(self, ref: BundleRef) -> Path:
-        return self.directory / "partial" / ref.hex
+        return self.partial_dir / ref.hex
 
     def has(self, ref: BundleRef) -> bool:
         """Whether the bundle is here, complete; asking is a use (it keeps the bundle)."""
@@ -213,10 +221,10 @@ class BundleStore:
 
     def pack(self, entries: Iterable[BundleEntry]) -> BundleRef:
         """Archive ``entries`` into the store (streamed, hashed on the way) and return the reference."""
-        (self.directory / "sha256").mkdir(parents=True, exist_ok=True)
+        self.complete_dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256()
         size = 0
-        with tempfile.NamedTemporaryFile(dir=self.directory / "sha256", prefix=".packing-", delete=False) as out:
+        with tempfile.NamedTemporaryFile(dir=self.complete_dir, prefix=".packing-", delete=False) as out:
             try:
                 for chunk in archive_chunks(entries):
                     digest.update(chunk)
@@ -290,7 +298,7 @@ class BundleStore:
                     f"bundle {ref.digest}: the {size} bytes received hash to {actual}; the upload was discarded, "
                     "send it again"
                 )
-            (self.directory / "sha256").mkdir(parents=True, exist_ok=True)
+            self.complete_dir.mkdir(parents=True, exist_ok=True)
             os.replace(partial, self.path(ref))
             _touch(self.path(ref))
 

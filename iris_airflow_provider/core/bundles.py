@@ -73,11 +73,15 @@ class BundleRef(StrictModel):
 
     @property
     def hex(self) -> str:
-        return self.digest.removeprefix(f"{DIGEST_ALGORITHM}:")
+        return hex_of(self.digest)
 
 
 def digest_of(hex_digest: str) -> str:
     return f"{DIGEST_ALGORITHM}:{hex_digest}"
+
+
+def hex_of(digest: str) -> str:
+    return digest.removeprefix(f"{DIGEST_ALGORITHM}:")
 
 
 @dataclass(frozen=True, slots=True)
