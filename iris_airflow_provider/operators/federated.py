@@ -12,11 +12,9 @@ failed or its worker is going away, so the placement tick decides from the task'
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
@@ -25,35 +23,25 @@ from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from iris_airflow_provider.core import job_ids
-from iris_airflow_provider.core.errors import SpecError
-from iris_airflow_provider.core.job_report import projected
-from iris_airflow_provider.core.model import JobSpec, parse_job
+from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.orphans import submitter_kill_action
-from iris_airflow_provider.core.ownership import OwnershipError, check_namespace, qualified_job_id, user_namespace
+from iris_airflow_provider.core.ownership import OwnershipError, user_namespace
 from iris_airflow_provider.core.router import Disposition
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_bundle_store, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
-from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, current_serving_urls, serving_urls
-from iris_airflow_provider.operators.workdir import WorkdirError, WorkdirTooLargeError, bundle_workdir, pack_workdir
+from iris_airflow_provider.operators.job_document import JOB_FILE_EXTENSIONS, job_spec, render_job, workdir_path
+from iris_airflow_provider.operators.job_outcome import describe_record, disposition, outcome, snapshot_of
+from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, serving_urls
 from iris_airflow_provider.services.submit import IdentityError
-from iris_airflow_provider.store.async_store import JobSnapshot
-from iris_airflow_provider.store.records import JobRecord, Origin, current_incarnation, pending_reason_history
-from iris_airflow_provider.triggers.federation import (
-    DEFAULT_POLL_INTERVAL,
-    FederationJobTrigger,
-    describe,
-)
+from iris_airflow_provider.store.records import JobRecord, Origin
+from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, FederationJobTrigger
 
 if TYPE_CHECKING:
     import jinja2
     from airflow.sdk import Context
 
-    from iris_airflow_provider.store.store import FederationStore
-
 WAIT_FOR = ("completion", "acceptance", "none")
-# A job given as a file name (beside the DAG, or on its template_searchpath) is read and rendered by Jinja.
-JOB_FILE_EXTENSIONS = (".json", ".yaml", ".yml")
 ACTIVE = (JobState.PENDING.value, JobState.ACCEPTED.value, JobState.RUNNING.value)
 # Trigger deadlines fire before Airflow's own defer timeout, so the job is cancelled, not orphaned.
 DEFER_TIMEOUT_GRACE = timedelta(seconds=60)
@@ -142,7 +130,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
         others = [field for field in self.template_fields if field != "job"]
         self._do_render_template_fields(self, others, context, jinja_env or self.get_template_env(), set())
         if self.job:
-            self.job = self._render_job(self.job, context)
+            self.job = render_job(self.job, context, lambda native: self._template_env(native=native))
 
     def _template_env(self, *, native: bool) -> jinja2.Environment:
         """The DAG's Jinja environment (its folder, searchpath, macros, filters), native or text."""
@@ -152,36 +140,6 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             return self.get_template_env(dag=self.get_dag())
         finally:
             self.render_template_as_native_obj = explicit
-
-    def _render_job(self, job: Any, context: Context) -> Any:
-        from airflow.sdk.definitions.context import render_template_as_native, render_template_to_string
-        from jinja2 import TemplateNotFound
-
-        if not isinstance(job, str):
-            text_env = self._template_env(native=False)
-
-            def text(value: Any) -> Any:
-                if isinstance(value, str):
-                    return render_template_to_string(text_env.from_string(value), context)
-                if isinstance(value, Mapping):
-                    return {key: text(item) for key, item in value.items()}
-                if isinstance(value, list | tuple):
-                    return [text(item) for item in value]
-                return value
-
-            return text(job)
-        env = self._template_env(native=True)
-        if not job.endswith(JOB_FILE_EXTENSIONS):
-            return render_template_as_native(env.from_string(job), context)
-        try:
-            template = env.get_template(job)
-        except TemplateNotFound:
-            searched = getattr(env.loader, "searchpath", [])
-            raise AirflowFailException(
-                f"Invalid job:\njob: no job file {job!r} beside the DAG or on its template_searchpath "
-                f"(searched {', '.join(map(str, searched)) or 'nothing'})"
-            ) from None
-        return render_template_as_native(template, context)
 
     # What to submit --------------------------------------------------------------------------------
 
@@ -193,54 +151,17 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
 
     def job_spec(self, context: Context) -> JobSpec:
         """The rendered job, validated; a bad field fails the task (without retries) before any write."""
-        document = _as_document(self.job)
-        if isinstance(document, JobSpec):
-            document = document.model_dump(mode="json")
-        document = dict(document)
-        if self.target_cluster:
-            document["target_cluster"] = self.target_cluster
-        user = self.submitting_user(context)
-        if document.get("job_id"):
-            document["job_id"] = qualified_job_id(str(document["job_id"]), user)
-            try:
-                check_namespace(document["job_id"], user)
-            except OwnershipError as error:
-                raise AirflowFailException(f"Invalid job:\n{error}") from None
-        else:
-            document["job_id"] = self.derived_job_id(context)
+        workdir = None
         if self.workdir:
-            workdir = self._workdir_path(context)
-            try:
-                try:
-                    document["files"] = {**pack_workdir(workdir), **(document.get("files") or {})}
-                except WorkdirTooLargeError:
-                    # Too big to travel inline: one bundle of the directory and the job's own files,
-                    # packed once the rest of the job is known to be valid.
-                    own = self._parse(document).files
-                    store = get_bundle_store(self.conn_id)
-                    document["bundle"] = bundle_workdir(workdir, store, own).model_dump()
-                    document["files"] = {}
-            except (WorkdirError, OSError) as error:
-                raise AirflowFailException(f"Invalid job:\n{error}") from None
-        spec = self._parse(document)
-        if spec.bundle is not None and not get_bundle_store(self.conn_id).has(spec.bundle):
-            raise AirflowFailException(  # a bundle named by hand must be one this cluster holds
-                f"Invalid job:\njob.bundle: {spec.bundle.digest} ({spec.bundle.size} bytes) is not in this cluster's "
-                "bundle store (bundles.dir); give the operator workdir= to pack one"
-            )
-        return spec
-
-    @staticmethod
-    def _parse(document: Mapping[str, Any]) -> JobSpec:
-        try:
-            return parse_job(document, path="job")
-        except SpecError as error:
-            raise AirflowFailException(f"Invalid job:\n{error}") from None
-
-    def _workdir_path(self, context: Context) -> Path:
-        path = Path(str(self.workdir)).expanduser()
-        fileloc = getattr(context.get("dag"), "fileloc", None)
-        return path if path.is_absolute() or not fileloc else Path(fileloc).parent / path
+            workdir = workdir_path(str(self.workdir), getattr(context.get("dag"), "fileloc", None))
+        return job_spec(
+            self.job,
+            user=self.submitting_user(context),
+            derived_job_id=lambda: self.derived_job_id(context),
+            target_cluster=self.target_cluster,
+            workdir=workdir,
+            bundle_store=lambda: get_bundle_store(self.conn_id),
+        )
 
     def derived_job_id(self, context: Context) -> str:
         """``/<submitter>/<dag_id>.<task_id>.<run_id>[.<map_index>]``, made to pass the job id rule."""
@@ -299,7 +220,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             return
         ti = context["ti"]
         ti.xcom_push(key=JOB_ID_XCOM_KEY, value=job.job_id)
-        ti.xcom_push(key="disposition", value=_disposition(job))
+        ti.xcom_push(key="disposition", value=disposition(job))
         ti.xcom_push(key=FederationJobLink().xcom_key, value=job_url(job.job_id))  # visible while deferred
         self._announce_serving(job, context)
         self._announced = job.job_id
@@ -394,28 +315,7 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             raise AirflowException(f"Job {job_id} is not in the federation store")
         if context is not None:
             self._announce(job, context)  # a try that found its job already finished says which it was
-        result = {
-            "job_id": job.job_id,
-            "disposition": _disposition(job),
-            "peer_id": job.peer_id,
-            "backend_id": job.backend_id,
-            "state": job.state.value,
-            "exit_code": job.exit_code,
-            "error": job.error,
-            "pending_reasons": pending_reason_history(job.direction, current_incarnation(store.events(job_id))),
-            "url": job_url(job.job_id),
-            "result": job_result(store, job),
-        }
-        if job.spec.get("ports") and not job.terminal:  # a finished job serves nothing
-            result["serving_urls"] = current_serving_urls(job)
-        if job.state in (JobState.SUCCEEDED,) or not job.terminal:
-            return result
-        message = describe_record(job)
-        if job.failed_replicas:
-            message += f" Failed: {job.failed_replicas}."
-        if job.state is JobState.FAILED:
-            raise AirflowException(message)  # a retry runs the job again, as a new incarnation
-        raise AirflowFailException(message)  # cancelled, rejected or unschedulable: retrying will not help
+        return outcome(store, job)
 
     def _wait_on_worker(self, job_id: str, until: str, context: Context) -> None:
         from iris_airflow_provider.triggers.federation import reached
@@ -457,50 +357,3 @@ class IrisFederatedOperator(ResumableJobMixin, BaseOperator):
             self.log.info(
                 get_federation(self.conn_id).task_killed(self.job_id, submitter_kill_action(self.cancel_on_kill))
             )
-
-
-def job_result(store: FederationStore, job: JobRecord) -> Any:
-    """What the job's current incarnation handed back at ``$IRIS_RESULT`` (parsed), or None: only a
-    succeeded incarnation has one, and a rerun's new incarnation never shows an earlier one's."""
-    if job.state is not JobState.SUCCEEDED:
-        return None
-    text = store.job_result(job.job_id, job.nonce)
-    return None if text is None else json.loads(text)
-
-
-def _disposition(job: JobRecord) -> str:
-    return "local" if job.direction.value == "local" else "queue"
-
-
-def describe_record(job: JobRecord) -> str:
-    return describe(snapshot_of(job))
-
-
-def snapshot_of(job: JobRecord) -> JobSnapshot:
-    return projected(job, JobSnapshot, serving_reported=job.serving_urls is not None)
-
-
-def _as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:
-    """The job as a mapping: rendered text (a job file, ``| tojson``) is parsed as JSON, else as YAML."""
-    if not isinstance(job, str):
-        document: Any = job
-    else:
-        import yaml
-
-        text = job.strip()
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError:
-            try:
-                document = yaml.safe_load(text)
-            except yaml.YAMLError as error:
-                raise AirflowFailException(
-                    f"Invalid job:\njob: not valid JSON or YAML ({error}); got {text[:200]!r}. Pass a dict, "
-                    "a job file (.json, .yaml, .yml) beside the DAG, or its JSON or YAML text"
-                ) from None
-    if not isinstance(document, Mapping | JobSpec):
-        raise AirflowFailException(
-            "Invalid job:\njob: expected an object (a dict, or JSON or YAML text of one), "
-            f"got {type(document).__name__}"
-        )
-    return document

@@ -20,7 +20,7 @@ from iris_airflow_provider.core.orphans import KillAction, kill_message
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
-from iris_airflow_provider.operators.federated import describe_record
+from iris_airflow_provider.operators.job_outcome import describe_record
 from iris_airflow_provider.operators.serving_urls import SERVING_URLS_XCOM_KEY, serving_urls
 from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, FederationJobTrigger
 

@@ -18,7 +18,7 @@ from iris_airflow_provider.core.orphans import KillAction
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.hooks.runtime import default_conn_id, default_deferrable, get_federation
 from iris_airflow_provider.links.job_page import JOB_ID_XCOM_KEY, FederationJobLink, job_url
-from iris_airflow_provider.operators.federated import describe_record, snapshot_of
+from iris_airflow_provider.operators.job_outcome import describe_record, snapshot_of
 from iris_airflow_provider.triggers.federation import DEFAULT_POLL_INTERVAL, WAIT_UNTIL, FederationJobTrigger, reached
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from airflow.sdk.exceptions import AirflowTaskTimeout, TaskDeferred
 from iris_airflow_provider.core.orphans import TASK_KILLED, KillAction
 from iris_airflow_provider.core.states import JobState
 from iris_airflow_provider.operators import federated
-from iris_airflow_provider.operators.federated import IrisFederatedOperator, snapshot_of
+from iris_airflow_provider.operators.federated import IrisFederatedOperator
+from iris_airflow_provider.operators.job_outcome import snapshot_of
 from iris_airflow_provider.services.federation import Federation
 from iris_airflow_provider.store.store import FederationStore
 from iris_airflow_provider.triggers.federation import reached
