@@ -15,9 +15,8 @@ Reached through an Airflow connection of type ``kubernetes`` (the cncf-kubernete
 - **A job's token** for the job API is a Secret of the incarnation's, owned by the Job and mounted
   as ``$IRIS_JOB_TOKEN_FILE``, never a value in the Job; the tick renews those half spent
   (``job_tokens_due``, ``write_job_token``; ``job_token.py``).
-- **Creating is idempotent by nonce**: the Job name is derived from the job id, so the API server
-  itself makes two creates of one job collide; the same nonce is a replay, another live one is
-  ``already exists``, a finished one is replaced.
+- **Submitting** checks first what the backend can take and where the pods may go
+  (``admission.py``), then makes the Job, idempotently by nonce (``submission.py``).
 - **Status** is translated by ``status.py``; a complete Job's result is read from replica 0's log
   (``results.py``). **Cancel** deletes the Job with foreground
   propagation. **Logs** are read from the pods, with the cursor of ``logs.py``.
@@ -25,7 +24,6 @@ Reached through an Airflow connection of type ``kubernetes`` (the cncf-kubernete
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -33,24 +31,19 @@ from typing import TYPE_CHECKING, Any
 
 from iris_airflow_provider.backends.base import (
     DEFAULT_COORDINATOR_PORT,
-    JOB_TOKEN_ENV,
-    AlreadyExistsError,
-    InsufficientCapacityError,
     JobReport,
     LogChunk,
     ServedPort,
     Submission,
-    SubmissionRefusedError,
     SubmitOutcome,
     advertised_attributes,
     now_ms,
 )
 from iris_airflow_provider.backends.bundles import BundleStore
+from iris_airflow_provider.backends.kubernetes.admission import Admission
 from iris_airflow_provider.backends.kubernetes.api import (
     KubeApi,
     KubernetesUnavailableError,
-    api_message,
-    error_status,
 )
 from iris_airflow_provider.backends.kubernetes.capacity import (
     GPU_RESOURCE,
@@ -67,22 +60,19 @@ from iris_airflow_provider.backends.kubernetes.manifests import (
     JOB_KEY_LABEL,
     NONCE_ANNOTATION,
     SERVING_PORT_BASE,
-    JobPlacement,
     JobTemplate,
     job_key,
     job_name,
-    pod_count,
     pod_selector,
 )
 from iris_airflow_provider.backends.kubernetes.pod_template import checked_pod_template
 from iris_airflow_provider.backends.kubernetes.results import extract_result
 from iris_airflow_provider.backends.kubernetes.status import finished, job_report, latest_pod_per_index, ms, terminated
+from iris_airflow_provider.backends.kubernetes.submission import JobCreation
 from iris_airflow_provider.core.availability import Availability, PeerBackend, settled
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
-from iris_airflow_provider.core.job_files import file_bytes
 from iris_airflow_provider.core.job_result import ResultError
-from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.serving import port_env_name
 from iris_airflow_provider.core.states import JobState
 
@@ -180,6 +170,11 @@ class KubernetesBackend:
             return 0
         return self.bundles.max_bundle_bytes
 
+    def _admission(self) -> Admission:
+        return Admission(
+            self.backend_id, self.image, self.files_in, self.max_files_bytes, self.max_bundle_bytes, self.policy
+        )
+
     @classmethod
     def from_config(cls, config: KubernetesBackendConfig, bundles: BundleStore | None = None) -> KubernetesBackend:
         # The config's fields are the constructor's keywords, but for the bands (parsed here) and
@@ -230,181 +225,12 @@ class KubernetesBackend:
         advertised["device-type"] = kinds
         return advertised
 
-    # Submit ------------------------------------------------------------------------------------
+    # Submit (submission.py) --------------------------------------------------------------------
 
     def submit(self, submission: Submission) -> SubmitOutcome:
-        placement: JobPlacement | None = None  # worked out (from the nodes) only when a Job is to be made
-        name = job_name(submission.job_id)
-        from kubernetes.client.exceptions import ApiException
-
-        with self.api.guard(f"submitting job {submission.job_id}"):
-            for _attempt in range(2):
-                existing = self.api.read_job(name)
-                if existing is not None:
-                    outcome = self._settle_existing(existing, submission)
-                    if outcome is not None:
-                        return outcome
-                if placement is None:
-                    placement = self._placement(submission.spec)
-                    self._publish_bundle(submission.spec)  # before the Job: its pods fetch it at once
-                manifest = self.template.job_manifest(submission, placement, self.api.namespace)
-                try:
-                    created = self.api.create_job(manifest)
-                except ApiException as error:
-                    if error_status(error) == 409:
-                        continue  # someone created it between our read and our create: look again
-                    if error_status(error) in (400, 422):
-                        raise SubmissionRefusedError(
-                            f"Kubernetes refused the Job for {submission.job_id}: {api_message(error)}"
-                        ) from error
-                    raise
-                self._ensure_owned(created, submission)
-                return SubmitOutcome(job_report(created, [], self.backend_id))
-        raise KubernetesUnavailableError(
-            f"backend {self.backend_id}: the Job {name} of {submission.job_id} keeps changing under us; will retry"
+        return JobCreation(self.api, self.template, self._admission(), self.bundle_store, self.bundles).submit(
+            submission
         )
-
-    def _settle_existing(self, existing: Any, submission: Submission) -> SubmitOutcome | None:
-        """A replay (same nonce), ``already exists`` (another live incarnation), or None once a
-        finished incarnation is out of the way."""
-        annotations = existing.metadata.annotations or {}
-        if annotations.get(JOB_ID_ANNOTATION) != submission.job_id:
-            raise AlreadyExistsError(
-                f"Job {existing.metadata.name} in namespace {self.api.namespace} belongs to "
-                f"{annotations.get(JOB_ID_ANNOTATION) or 'something else'}, not {submission.job_id}"
-            )
-        if annotations.get(NONCE_ANNOTATION) == submission.nonce:
-            self._ensure_owned(existing, submission)
-            return SubmitOutcome(job_report(existing, self._pods(existing), self.backend_id), replay=True)
-        if existing.metadata.deletion_timestamp is None and not finished(existing):
-            raise AlreadyExistsError(
-                f"Job {submission.job_id} is still running here as another incarnation "
-                f"(nonce {annotations.get(NONCE_ANNOTATION)}, Job {existing.metadata.name})"
-            )
-        # A finished (or dying) incarnation: remove it, unless it was replaced meanwhile (uid).
-        self.api.delete_job(existing, "Background")
-        return None
-
-    def _placement(self, spec: JobSpec) -> JobPlacement:
-        """Where the job's pods may run, or a refusal naming what this backend lacks."""
-        if not (spec.image or self.image):
-            raise SubmissionRefusedError(
-                f"job {spec.job_id} names no image and backend {self.backend_id} has no default image"
-            )
-        if spec.bundle is not None and spec.bundle.size > self.max_bundle_bytes:
-            # Not here, maybe on another cluster: the parent requeues it.
-            where = (
-                f"takes bundles of at most {self.max_bundle_bytes} bytes (bundles.max_bundle_bytes)"
-                if self.max_bundle_bytes
-                else "has no bundle_store (gs://bucket/prefix) for its pods to fetch bundles from"
-            )
-            raise InsufficientCapacityError(
-                f"job {spec.job_id} carries a workdir bundle of {spec.bundle.size} bytes; backend {self.backend_id} "
-                f"{where}, and passes workdir files only in a {self.files_in} of at most {self.max_files_bytes} "
-                "bytes (max_files_bytes)"
-            )
-        total = sum(len(file_bytes(content)) for content in spec.files.values())
-        if total > self.max_files_bytes:
-            raise SubmissionRefusedError(
-                f"job {spec.job_id} carries {total} bytes of workdir files; backend {self.backend_id} passes at most "
-                f"{self.max_files_bytes} bytes in a {self.files_in} (max_files_bytes; Kubernetes allows 1 MiB): "
-                "put larger inputs in an object store the cluster can read"
-            )
-        device = spec.resources.device
-        if device.type == "tpu":
-            return self._tpu_placement(spec)
-        if device.type == "cpu" or device.variant == "auto":
-            return JobPlacement()
-        nodes = self.api.nodes()
-        capacity = cluster_capacity(nodes, [], self.policy)
-        offered = capacity.variants.get(device.variant)
-        if offered is None or device.variant in capacity.tpu_variants:
-            raise SubmissionRefusedError(
-                f"backend {self.backend_id} has no {device.variant} GPUs; "
-                f"it has {', '.join(sorted(capacity.variants)) or 'none'}"
-            )
-        if offered.largest_node and device.count > offered.largest_node:
-            raise InsufficientCapacityError(
-                f"backend {self.backend_id}: a replica needs {device.count} {device.variant} GPUs, "
-                f"but no node has more than {offered.largest_node}"
-            )
-        if self.policy.variant:
-            return JobPlacement(device.variant)
-        values = tuple(self.policy.label_values_of(device.variant, nodes))
-        return JobPlacement(device.variant, self.policy.variant_label, values)
-
-    def _publish_bundle(self, spec: JobSpec) -> None:
-        """Puts the job's workdir bundle where its pods fetch it (once per digest)."""
-        bundle = spec.bundle
-        if bundle is None:
-            return
-        assert self.bundle_store is not None
-        assert self.bundles is not None
-        if not self.bundles.has(bundle):
-            raise SubmissionRefusedError(f"job {spec.job_id}: its workdir bundle {bundle.digest} is not here")
-        from google.api_core.exceptions import GoogleAPIError
-        from google.auth.exceptions import GoogleAuthError
-
-        try:
-            self.bundle_store.put(bundle.digest, self.bundles.path(bundle))
-        except (GoogleAPIError, GoogleAuthError, OSError) as error:
-            raise KubernetesUnavailableError(
-                f"backend {self.backend_id}: uploading the workdir bundle of {spec.job_id} to "
-                f"{self.bundle_store.object_url(bundle.digest)}: {error}"
-            ) from error
-
-    def _tpu_placement(self, spec: JobSpec) -> JobPlacement:
-        """A TPU job runs on the nodes of its slice (``manifests.py`` selects them by GKE's labels)."""
-        device = spec.resources.device
-        if device.variant == "auto":
-            raise SubmissionRefusedError(
-                f"job {spec.job_id} asks for TPU variant auto; "
-                f"backend {self.backend_id} needs a TPU slice such as v5p-8"
-            )
-        if spec.resources.replicas > 1 and spec.resources.hosts_per_replica > 1:
-            raise SubmissionRefusedError(
-                f"job {spec.job_id} asks for {spec.resources.replicas} {device.variant} slices; backend "
-                f"{self.backend_id} runs one multi-host slice per job (multislice is not supported)"
-            )
-        capacity = cluster_capacity(self.api.nodes(), [], self.policy)
-        if device.variant not in capacity.tpu_variants:
-            raise SubmissionRefusedError(
-                f"backend {self.backend_id} has no {device.variant} TPU slices; "
-                f"it has {', '.join(sorted(capacity.tpu_variants)) or 'none'}"
-            )
-        return JobPlacement(device.variant)
-
-    def _ensure_owned(self, job: Any, submission: Submission) -> None:
-        """Create what the Job needs beside it, owned by it (so it goes with it): its files, its job
-        token, and for several replicas the headless Service they meet through. Made after the Job (the owner
-        reference needs its uid); on a replay, whatever the first attempt did not get to."""
-        from kubernetes.client.exceptions import ApiException
-
-        namespace = self.api.namespace
-        needed: list[tuple[str, Callable[[dict[str, Any]], None], dict[str, Any]]] = []
-        if submission.spec.files:
-            needed.append(("files", self.api.create_config, self.template.files_manifest(job, submission, namespace)))
-        if JOB_TOKEN_ENV in submission.job_env:
-            token = self.template.token_manifest(job, submission, namespace)
-            needed.append(("job token Secret", self.api.create_config, token))
-        if pod_count(submission.spec) > 1:
-            service = self.template.service_manifest(job, submission, namespace)
-            needed.append(("rendezvous Service", self.api.create_service, service))
-        for what, create, manifest in needed:
-            try:
-                create(manifest)
-            except ApiException as error:
-                if error_status(error) == 409:
-                    continue  # a replay after the first attempt got this far
-                # Without its files or token the Job would wait forever, without its Service its
-                # replicas would never meet: take it back, so a retry starts clean.
-                with contextlib.suppress(ApiException):
-                    self.api.delete_job(job, "Background")
-                if error_status(error) in (400, 422):
-                    raise SubmissionRefusedError(
-                        f"Kubernetes refused the {what} of {submission.job_id}: {api_message(error)}"
-                    ) from error
-                raise
 
     # Job tokens (job_token.py) -----------------------------------------------------------------
 
