@@ -7,7 +7,8 @@ whatever they left running in its session, and on exit starts whatever the freed
 A supervisor that dies is found on the next look at the state (``_reconcile``): what is left in its
 session is killed, and its job ends. Any process holding the state directory (a worker,
 the triggerer, the tick) sees the same jobs, so a scheduler, worker or triggerer restart neither
-kills nor forgets them.
+kills nor forgets them. What a job may take is checked before anything is written (``admission.py``);
+each replica starts with the environment of ``environment.py``.
 
 Scheduling mirrors Kueue's contract with the federation: a job waits in the backend's queue
 (band rank, then submit time) until its devices are free; a job may evict strictly lower-band
@@ -26,24 +27,19 @@ from pathlib import Path
 
 from iris_airflow_provider.backends.base import (
     JOB_TOKEN_ENV,
-    JOB_TOKEN_FILE_ENV,
-    RANK_ENV,
     AlreadyExistsError,
-    InsufficientCapacityError,
     JobReport,
     LogChunk,
     ServedPort,
     Submission,
-    SubmissionRefusedError,
     SubmitOutcome,
     advertised_attributes,
-    job_identity_env,
     now_ms,
     read_result_file,
-    rendezvous_env,
 )
 from iris_airflow_provider.backends.bundles import BundleSource
 from iris_airflow_provider.backends.process import processes
+from iris_airflow_provider.backends.process.admission import bundle_unpacker, device_need
 from iris_airflow_provider.backends.process.logs import read_logs
 from iris_airflow_provider.backends.process.report import job_report
 from iris_airflow_provider.backends.process.state import (
@@ -61,7 +57,6 @@ from iris_airflow_provider.backends.process.state import (
     StateDir,
     StatusFile,
     job_directory_name,
-    read_job_token,
     result_file_name,
     write_job_token,
     write_result,
@@ -71,9 +66,7 @@ from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.constraints import normalize_advertised
 from iris_airflow_provider.core.eviction import Limits, QueuedJob, RunningJob, plan_pass
 from iris_airflow_provider.core.job_files import file_bytes
-from iris_airflow_provider.core.job_result import RESULT_ENV, ResultError
-from iris_airflow_provider.core.model import JobSpec
-from iris_airflow_provider.core.serving import port_env
+from iris_airflow_provider.core.job_result import ResultError
 
 SUPERVISOR_START_GRACE_MS = 30_000
 KILL_GRACE_SECONDS = 10
@@ -163,7 +156,7 @@ class ProcessBackend:
     # Jobs --------------------------------------------------------------------------------------
 
     def submit(self, submission: Submission) -> SubmitOutcome:
-        need = self._need(submission.spec)
+        need = device_need(submission.spec, self.settings())
         with self.store.locked():
             existing = self.store.load(submission.job_id)
             if existing is not None:
@@ -192,30 +185,13 @@ class ProcessBackend:
                 StatusFile.queued(self.clock()),
                 files,
                 replacing=existing,
-                unpack=self._bundle_unpacker(submission.spec),
+                unpack=bundle_unpacker(submission.spec, self.bundles, self.backend_id),
             )
             token = submission.job_env.get(JOB_TOKEN_ENV)
             if token:  # before any replica can start and read it
                 write_job_token(job.directory, token)
             self._schedule()
             return SubmitOutcome(self._report(self.store.require(submission.job_id)))
-
-    def _bundle_unpacker(self, spec: JobSpec) -> Callable[[Path], None] | None:
-        """What writes the job's bundle into its new workdir. InsufficientCapacityError when this
-        backend takes no bundle that large (another cluster may), SubmissionRefusedError when the
-        bundle is not in its store."""
-        bundle = spec.bundle
-        if bundle is None:
-            return None
-        if self.bundles is None or bundle.size > self.bundles.max_bundle_bytes:
-            raise InsufficientCapacityError(
-                f"job {spec.job_id} carries a workdir bundle of {bundle.size} bytes; backend {self.backend_id} "
-                f"takes bundles of at most {self.max_bundle_bytes} bytes"
-            )
-        if not self.bundles.has(bundle):
-            raise SubmissionRefusedError(f"job {spec.job_id}: its workdir bundle {bundle.digest} is not here")
-        bundles = self.bundles
-        return lambda workdir: bundles.unpack(bundle, workdir)
 
     def status(self, job_id: str) -> JobReport | None:
         with self.store.locked():
@@ -278,46 +254,6 @@ class ProcessBackend:
         number = job.status.ports[0].get(port_name)
         return None if number is None else ServedPort("127.0.0.1", number, job.record.nonce)
 
-    def environment(
-        self,
-        job: JobFile,
-        replica: int,
-        devices: Mapping[str, list[int]],
-        coordinator_port: int,
-        ports: Mapping[str, int] | None = None,
-    ) -> dict[str, str]:
-        """A replica's environment: a clean base, the backend's defaults, the rendezvous on loopback
-        (replica 0 listens on ``coordinator_port``, one the supervisor found free for this run), the
-        job's own env (it wins over those: a job may pick its own ``MASTER_PORT``), then what says
-        which job, replica and devices this is, which nothing overrides: a job that set them could
-        pass for another or use devices it was not given (the job model refuses ``IRIS_*`` names in a
-        job's env; ``CUDA_VISIBLE_DEVICES`` is the slots)."""
-        env = processes.base_environment()
-        env.update(self.env)
-        env.update(rendezvous_env("127.0.0.1", coordinator_port, job.replicas))
-        env.update(dict.fromkeys(RANK_ENV, str(replica)))
-        env.update(job.env)
-        env.update(job_identity_env(job.spec["job_id"], job.nonce, job.replicas, self.backend_id))
-        env["IRIS_COORDINATOR_ADDRESS"] = f"127.0.0.1:{coordinator_port}"
-        env["IRIS_REPLICA_INDEX"] = str(replica)
-        env[RESULT_ENV] = str(self._directory(job.job_id) / result_file_name(replica))
-        if job.job_env:  # its way back to this cluster: the URL, and a token renewed in a file
-            env.update(job.job_env)
-            token_file, token = read_job_token(self._directory(job.job_id))
-            env[JOB_TOKEN_FILE_ENV] = str(token_file)
-            env[JOB_TOKEN_ENV] = token
-        env.update(port_env(dict(ports or {})))  # IRIS_PORT_<NAME>: this replica's own, free on loopback
-        per_replica = job.devices_per_replica
-        if self.device_type == "gpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # unset would mean every GPU of the machine
-        for variant, slots in devices.items():
-            mine = slots[replica * per_replica : (replica + 1) * per_replica]
-            env["IRIS_DEVICE_VARIANT"] = variant
-            if self.device_type == "gpu":
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(s) for s in mine)
-            env["IRIS_DEVICE_SLOTS"] = ",".join(str(s) for s in mine)
-        return env
-
     # Called by the supervisor when its job ends ------------------------------------------------
 
     def supervisor_finished(
@@ -354,25 +290,6 @@ class ProcessBackend:
             self._schedule()
 
     # Internals (callers hold the lock) ---------------------------------------------------------
-
-    def _need(self, spec: JobSpec) -> dict[str, int]:
-        """The device slots a job takes here, or a refusal naming what is missing."""
-        device = spec.resources.device
-        if device.type == "cpu":
-            return {}
-        if device.type != self.device_type:
-            raise SubmissionRefusedError(f"backend {self.backend_id} has {self.device_type} devices, not {device.type}")
-        variants = [device.variant] if device.variant != "auto" else sorted(self.devices)
-        for variant in variants:
-            total = self.devices.get(variant, 0)
-            if total >= device.count * spec.resources.replicas:
-                return {variant: device.count * spec.resources.replicas}
-        # Too few of a variant it has: another cluster may be larger. None of it at all: a wrong shape.
-        refusal = InsufficientCapacityError if any(v in self.devices for v in variants) else SubmissionRefusedError
-        raise refusal(
-            f"backend {self.backend_id} cannot ever host {spec.resources.replicas} x {device.count} "
-            f"{device.variant}: it has {self.devices or 'no devices'}"
-        )
 
     def _directory(self, job_id: str) -> Path:
         return self.store.directory(job_id)

@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
 def supervise(state_dir: Path, job_directory: str) -> None:
     from iris_airflow_provider.backends.process import processes
     from iris_airflow_provider.backends.process.backend import KILL_GRACE_SECONDS, ProcessBackend
+    from iris_airflow_provider.backends.process.environment import replica_environment
     from iris_airflow_provider.backends.process.state import load_job
 
     backend = ProcessBackend.from_state_dir(state_dir)
@@ -79,8 +80,14 @@ def supervise(state_dir: Path, job_directory: str) -> None:
                 children[index] = subprocess.Popen(
                     command,
                     cwd=directory / "workdir",
-                    env=backend.environment(
-                        job, index, devices, coordinator_port, status.ports[index] if status.ports else None
+                    env=replica_environment(
+                        job,
+                        index,
+                        devices,
+                        coordinator_port,
+                        status.ports[index] if status.ports else None,
+                        backend.settings(),
+                        directory,
                     ),
                     stdin=subprocess.DEVNULL,
                     stdout=output,
