@@ -20,7 +20,8 @@ from iris_airflow_provider.backends.kubernetes.job_token import (
     token_expiry,
     token_secret_name,
 )
-from iris_airflow_provider.backends.kubernetes.manifests import JobPlacement, JobTemplate, job_name
+from iris_airflow_provider.backends.kubernetes.manifests import JobPlacement, JobTemplate
+from iris_airflow_provider.backends.kubernetes.names import job_name
 from iris_airflow_provider.core.model import parse_job
 
 TOKEN = jwt.encode({"sub": "k", "exp": 1_900_000_000}, "k" * 32, algorithm="HS256")

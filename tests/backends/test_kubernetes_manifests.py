@@ -14,11 +14,10 @@ from devtools.kube_command_node import _subdomain_on_loopback
 from iris_airflow_provider.backends.base import Submission
 from iris_airflow_provider.backends.kubernetes.config import KubernetesBackendConfig
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import GcsBundleStore
-from iris_airflow_provider.backends.kubernetes.manifests import (
+from iris_airflow_provider.backends.kubernetes.manifests import JobPlacement, JobTemplate
+from iris_airflow_provider.backends.kubernetes.names import (
     BUNDLE_CONTAINER,
     COMPLETION_INDEX,
-    JobPlacement,
-    JobTemplate,
     job_name,
     rendezvous_service_name,
 )

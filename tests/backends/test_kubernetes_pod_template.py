@@ -12,12 +12,8 @@ import yaml
 
 from iris_airflow_provider.backends.base import Submission
 from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend
-from iris_airflow_provider.backends.kubernetes.manifests import (
-    JOB_KEY_LABEL,
-    QUEUE_LABEL,
-    JobPlacement,
-    JobTemplate,
-)
+from iris_airflow_provider.backends.kubernetes.manifests import JobPlacement, JobTemplate
+from iris_airflow_provider.backends.kubernetes.names import JOB_KEY_LABEL, QUEUE_LABEL
 from iris_airflow_provider.backends.kubernetes.pod_template import PodTemplateError, checked_pod_template
 from iris_airflow_provider.cluster.config import parse_cluster_config
 from iris_airflow_provider.core.bands import Band

@@ -15,7 +15,7 @@ from kubernetes import client
 from devtools.kube_cluster import KubeCluster
 from iris_airflow_provider.backends.base import Submission, SubmissionRefusedError
 from iris_airflow_provider.backends.kubernetes.backend import KubernetesBackend, job_name
-from iris_airflow_provider.backends.kubernetes.manifests import rendezvous_service_name
+from iris_airflow_provider.backends.kubernetes.names import rendezvous_service_name
 from iris_airflow_provider.core.availability import PeerState
 from iris_airflow_provider.core.model import JobSpec, parse_job
 from iris_airflow_provider.core.placement import Candidate, plan

@@ -54,13 +54,12 @@ from iris_airflow_provider.backends.kubernetes.capacity import (
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import DEFAULT_FETCH_IMAGE, GcsBundleStore
 from iris_airflow_provider.backends.kubernetes.job_token import token_data, token_expiry, token_secret_name
 from iris_airflow_provider.backends.kubernetes.logs import LOG_SKEW_MARGIN_S, LogReader
-from iris_airflow_provider.backends.kubernetes.manifests import (
+from iris_airflow_provider.backends.kubernetes.manifests import SERVING_PORT_BASE, JobTemplate
+from iris_airflow_provider.backends.kubernetes.names import (
     CONTAINER,
     JOB_ID_ANNOTATION,
     JOB_KEY_LABEL,
     NONCE_ANNOTATION,
-    SERVING_PORT_BASE,
-    JobTemplate,
     job_key,
     job_name,
     pod_selector,

@@ -2,8 +2,8 @@
 
 - **The Job** of one incarnation: an Indexed Job (``completions = parallelism = replicas``,
   ``backoffLimit: 0``: retries are the federation's, as new incarnations), named after the job id
-  (``job_name``), labelled with a digest of the job id, the nonce, the requesting cluster and the
-  band, carrying the Kueue ``queue-name`` label (created suspended: Kueue unsuspends it on
+  and labelled with a digest of it, the nonce, the requesting cluster and the band (``names.py``),
+  carrying the Kueue ``queue-name`` label (created suspended: Kueue unsuspends it on
   admission) and the band's PriorityClass. GPUs are requested as ``nvidia.com/gpu`` on nodes of
   the job's variant.
 - **A TPU job** runs one pod per host of its slice (``core/tpu.py``): ``completions = parallelism
@@ -29,7 +29,6 @@ Pure: no API calls, no clock.
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib.resources
 import re
 from collections.abc import Mapping
@@ -52,6 +51,28 @@ from iris_airflow_provider.backends.kubernetes.job_token import (
     token_secret_name,
     token_volume,
 )
+from iris_airflow_provider.backends.kubernetes.names import (
+    BAND_LABEL,
+    BUNDLE_CONTAINER,
+    COMPLETION_INDEX,
+    CONTAINER,
+    JOB_ID_ANNOTATION,
+    JOB_KEY_LABEL,
+    MANAGED_BY,
+    NONCE_ANNOTATION,
+    NONCE_LABEL,
+    QUEUE_LABEL,
+    REQUESTER_ANNOTATION,
+    REQUESTER_LABEL,
+    SUBMITTED_AT_ANNOTATION,
+    coordinator_host,
+    files_object_name,
+    job_key,
+    job_name,
+    label_value,
+    pod_hostname,
+    rendezvous_service_name,
+)
 from iris_airflow_provider.backends.kubernetes.pod_template import merged_pod_template
 from iris_airflow_provider.backends.kubernetes.results import RESULT_DIR, RESULT_PATH, RESULT_VOLUME, wrapped_command
 from iris_airflow_provider.core.bands import Band
@@ -61,68 +82,12 @@ from iris_airflow_provider.core.model import JobSpec
 from iris_airflow_provider.core.serving import port_env
 from iris_airflow_provider.core.tpu import TPU_RESOURCE, TpuSlice, tpu_slice
 
-LABEL_PREFIX = "iris.marin.community/"
-JOB_KEY_LABEL = LABEL_PREFIX + "job-key"  # a digest of the job id: ids do not fit label values
-NONCE_LABEL = LABEL_PREFIX + "nonce"
-REQUESTER_LABEL = LABEL_PREFIX + "requester"
-BAND_LABEL = LABEL_PREFIX + "band"
-JOB_ID_ANNOTATION = LABEL_PREFIX + "job-id"
-NONCE_ANNOTATION = LABEL_PREFIX + "nonce"
-REQUESTER_ANNOTATION = LABEL_PREFIX + "requester"
-SUBMITTED_AT_ANNOTATION = LABEL_PREFIX + "submitted-at-ms"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "iris-airflow-provider"}
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-CONTAINER = "job"
-BUNDLE_CONTAINER = "bundle"  # the init container that fetches a workdir bundle (bundle_fetch.py)
 WORKDIR = "/iris/workdir"
 # The init container's program: bundle_fetch.py's own source (it imports nothing of the package).
 FETCH_PROGRAM = importlib.resources.files(__package__).joinpath("bundle_fetch.py").read_text()
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_NOT_NAME = re.compile(r"[^a-z0-9]+")
 
 
 SERVING_PORT_BASE = 8000
-
-
-def job_name(job_id: str) -> str:
-    """The Job's name: readable, at most 52 characters (pod hostnames add an index), unique by digest."""
-    readable = _NOT_NAME.sub("-", job_id.lower()).strip("-")[:36].strip("-")
-    digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
-    return f"iris-{readable}-{digest}" if readable else f"iris-{digest}"
-
-
-def job_key(job_id: str) -> str:
-    return hashlib.sha1(job_id.encode()).hexdigest()
-
-
-def label_value(value: str) -> str:
-    """``value`` when it is a valid label value, else a digest of it."""
-    if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
-        return value
-    return hashlib.sha1(value.encode()).hexdigest()
-
-
-def files_object_name(name: str, nonce: str) -> str:
-    """Per incarnation: a replaced Job's files may still be being garbage-collected."""
-    return f"{name}-files-{hashlib.sha1(nonce.encode()).hexdigest()[:8]}"
-
-
-def rendezvous_service_name(name: str, nonce: str) -> str:
-    """The headless Service of a multi-replica Job (and its pods' ``subdomain``): a DNS label of at
-    most 61 characters, per incarnation, as the files (a replaced Job's may still be going)."""
-    return f"{name}-{hashlib.sha1(nonce.encode()).hexdigest()[:8]}"
-
-
-def pod_hostname(name: str, nonce: str, index: int) -> str:
-    """Pod ``index``'s stable hostname (``<job name>-<index>``, which the Job controller gives an
-    Indexed Job's pod) under the Service, resolved through the namespace's search domain."""
-    return f"{name}-{index}.{rendezvous_service_name(name, nonce)}"
-
-
-def coordinator_host(name: str, nonce: str, replicas: int) -> str:
-    """Where replica 0 is reached; a job of one pod is its own coordinator."""
-    return pod_hostname(name, nonce, 0) if replicas > 1 else "127.0.0.1"
 
 
 def serving_ports(spec: JobSpec, base: int = SERVING_PORT_BASE) -> list[int]:
@@ -141,12 +106,6 @@ def job_slice(spec: JobSpec) -> TpuSlice | None:
 def pod_count(spec: JobSpec) -> int:
     """The Job's pods: one per replica, or per host of each replica's TPU slice."""
     return spec.resources.replicas * spec.resources.hosts_per_replica
-
-
-def pod_selector(job: Any) -> str:
-    """This incarnation's pods (a replaced incarnation's may still be terminating)."""
-    labels = job.metadata.labels or {}
-    return f"{JOB_KEY_LABEL}={labels.get(JOB_KEY_LABEL, '')},{NONCE_LABEL}={labels.get(NONCE_LABEL, '')}"
 
 
 @dataclass(frozen=True, slots=True)

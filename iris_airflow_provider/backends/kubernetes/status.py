@@ -18,7 +18,7 @@ from typing import Any
 from iris_airflow_provider.backends.base import JobReport, ReplicaReport
 from iris_airflow_provider.backends.kubernetes.bundle_fetch import EXIT_MEANINGS as FETCH_EXIT_MEANINGS
 from iris_airflow_provider.backends.kubernetes.capacity import KUEUE_ADMISSION_GATE
-from iris_airflow_provider.backends.kubernetes.manifests import (
+from iris_airflow_provider.backends.kubernetes.names import (
     BUNDLE_CONTAINER,
     COMPLETION_INDEX,
     CONTAINER,

@@ -22,15 +22,8 @@ from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.backends.kubernetes.admission import Admission
 from iris_airflow_provider.backends.kubernetes.api import KubeApi, KubernetesUnavailableError, api_message, error_status
 from iris_airflow_provider.backends.kubernetes.gcs_bundles import GcsBundleStore
-from iris_airflow_provider.backends.kubernetes.manifests import (
-    JOB_ID_ANNOTATION,
-    NONCE_ANNOTATION,
-    JobPlacement,
-    JobTemplate,
-    job_name,
-    pod_count,
-    pod_selector,
-)
+from iris_airflow_provider.backends.kubernetes.manifests import JobPlacement, JobTemplate, pod_count
+from iris_airflow_provider.backends.kubernetes.names import JOB_ID_ANNOTATION, NONCE_ANNOTATION, job_name, pod_selector
 from iris_airflow_provider.backends.kubernetes.status import finished, job_report
 from iris_airflow_provider.core.model import JobSpec
 

@@ -36,7 +36,7 @@ from iris_airflow_provider.backends.base import (
 from iris_airflow_provider.backends.bundles import BundleStore
 from iris_airflow_provider.backends.kubernetes.backend import JOB_KEY_LABEL, job_key, job_name
 from iris_airflow_provider.backends.kubernetes.capacity import UNATTRIBUTED_BAND, KubernetesAvailability
-from iris_airflow_provider.backends.kubernetes.manifests import NONCE_LABEL, rendezvous_service_name
+from iris_airflow_provider.backends.kubernetes.names import NONCE_LABEL, rendezvous_service_name
 from iris_airflow_provider.core.availability import PeerState
 from iris_airflow_provider.core.bands import Band
 from iris_airflow_provider.core.bundles import BundleEntry
