@@ -1,11 +1,12 @@
 """Letting go of bundles: the bundle store's entries as the retention rule reads them, and their deletion.
 
 The rule (``core/bundle_retention.py``) decides; this lists the store (one directory listing for
-complete bundles, one for partial uploads) and deletes what it chose, each deletion conditional on
-the entry being as it was listed. An entry's last use is its mtime, in epoch milliseconds: every
-use touches it (``BundleStore.has``, ``unpack``, ``complete``, ``pack``), every chunk written moves
-a partial's. The rule compares it with the tick's clock (epoch milliseconds too), so a test that
-moves the tick's clock ages the entries with it; nothing here reads the time.
+complete bundles and the stray files among them, one for partial uploads) and deletes what it
+chose, each deletion conditional on the entry being as it was listed. An entry's last use is its
+mtime, in epoch milliseconds: every use touches it (``BundleStore.has``, ``unpack``, ``complete``,
+``pack``), every chunk written moves a partial's. The rule compares it with the tick's clock (epoch
+milliseconds too), so a test that moves the tick's clock ages the entries with it; nothing here
+reads the time.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iris_airflow_provider.backends.bundles import BundleStore
-from iris_airflow_provider.core.bundle_retention import PartialUpload, StoredBundle
+from iris_airflow_provider.core.bundle_retention import PartialUpload, StoredBundle, StrayFile
 from iris_airflow_provider.core.bundles import digest_of, hex_of
 
 _HEX_DIGITS = frozenset("0123456789abcdef")
+# What a packer (``BundleStore.pack``) or a collector (``remove_bundle``) writes beside the bundles
+# for a moment: left behind only when it died.
+STRAY_PREFIXES = (".packing-", ".collecting-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,34 +36,51 @@ class StoreListing:
     bundles: tuple[StoredBundle, ...]
     partials: tuple[PartialUpload, ...]
     mtimes_ns: dict[Path, int]  # each entry's file -> its st_mtime_ns when listed
+    strays: tuple[StrayFile, ...] = ()
 
 
 def list_store(store: BundleStore) -> StoreListing:
-    """Every complete bundle and partial upload, each with its last use (one directory listing each)."""
+    """Every complete bundle, partial upload and stray file, each with its last use or write (one
+    directory listing each for complete bundles and partial uploads)."""
     mtimes: dict[Path, int] = {}
+    bundles: list[StoredBundle] = []
+    partials: list[PartialUpload] = []
+    strays: list[StrayFile] = []
+    for entry, info in _entries(store.complete_dir):
+        last_ms = info.st_mtime_ns // 1_000_000
+        if _is_hex(entry.name):
+            bundles.append(StoredBundle(digest_of(entry.name), info.st_size, last_ms))
+        elif entry.name.startswith(STRAY_PREFIXES):
+            strays.append(StrayFile(entry.name, info.st_size, last_ms))
+        else:
+            continue
+        mtimes[store.complete_dir / entry.name] = info.st_mtime_ns
+    for entry, info in _entries(store.partial_dir):
+        hex_digest, _, declared = entry.name.partition("-")
+        if not _is_hex(hex_digest) or not (declared.isdigit() or entry.name == hex_digest):
+            continue  # the admission lock
+        mtimes[store.partial_dir / entry.name] = info.st_mtime_ns
+        last_ms = info.st_mtime_ns // 1_000_000
+        partials.append(PartialUpload(digest_of(hex_digest), info.st_size, last_ms, int(declared or 0)))
+    return StoreListing(tuple(bundles), tuple(partials), mtimes, tuple(strays))
 
-    def scan(directory: Path) -> list[tuple[str, int, int]]:
-        found = []
+
+def _is_hex(name: str) -> bool:
+    return len(name) == 64 and _HEX_DIGITS.issuperset(name)
+
+
+def _entries(directory: Path) -> list[tuple[os.DirEntry[str], os.stat_result]]:
+    found = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
         try:
-            entries = list(os.scandir(directory))
+            found.append((entry, entry.stat(follow_symlinks=False)))
         except FileNotFoundError:
-            return []
-        for entry in entries:
-            if len(entry.name) != 64 or not _HEX_DIGITS.issuperset(entry.name):
-                continue  # a file being packed, or one being let go
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            mtimes[directory / entry.name] = info.st_mtime_ns
-            found.append((digest_of(entry.name), info.st_size, info.st_mtime_ns // 1_000_000))
-        return found
-
-    return StoreListing(
-        bundles=tuple(StoredBundle(*found) for found in scan(store.complete_dir)),
-        partials=tuple(PartialUpload(*found) for found in scan(store.partial_dir)),
-        mtimes_ns=mtimes,
-    )
+            continue
+    return found
 
 
 def mark_used(store: BundleStore, bundle: StoredBundle, now_ms: int) -> None:
@@ -87,9 +108,22 @@ def remove_bundle(store: BundleStore, bundle: StoredBundle, listing: StoreListin
     return True
 
 
+def remove_stray(store: BundleStore, stray: StrayFile, listing: StoreListing) -> bool:
+    """Delete a stray file if nothing wrote to it since ``listing`` (a live packer writes on)."""
+    path = store.complete_dir / stray.name
+    try:
+        if path.stat().st_mtime_ns != listing.mtimes_ns.get(path):
+            return False
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def remove_partial(store: BundleStore, partial: PartialUpload, listing: StoreListing) -> bool:
     """Delete an abandoned upload if no writer holds it and nothing was written since ``listing``."""
-    path = store.partial_dir / hex_of(partial.digest)
+    name = hex_of(partial.digest)
+    path = store.partial_dir / (f"{name}-{partial.declared_size}" if partial.declared_size else name)
     try:
         handle = path.open("rb")
     except FileNotFoundError:

@@ -4,12 +4,15 @@ The parent packs a job's workdir into it at submit; a peer receives uploads into
 at a time, and verifies the digest once the last byte is in; a backend unpacks a job's bundle from
 it into the job's working directory. Layout, under the store's directory::
 
-    sha256/<hex>      complete bundles, each verified against its name
-    partial/<hex>     uploads in progress: a prefix of the bundle, appended to in order
+    sha256/<hex>            complete bundles, each verified against its name
+    partial/<hex>-<size>    uploads in progress: a prefix of the bundle (of <size> bytes once
+                            whole), appended to in order; created empty when the upload is admitted
 
 Nothing is ever held whole in memory: packing, receiving, verifying and unpacking stream. An
 upload is appended to by one writer at a time (an exclusive ``flock`` on its partial file, across
-processes and api-server workers); another writer is refused and asks again.
+processes and api-server workers); another writer is refused and asks again. New uploads are
+admitted one at a time (``admitting``, an exclusive ``flock``), each promised its room by its
+partial file, so that several at once cannot take the store past its budget.
 
 Bundles do not stay forever: each use (``has``, ``unpack``, ``complete``, ``pack``) touches the
 bundle's mtime, and the placement tick lets go what ``core/bundle_retention.py`` says
@@ -188,7 +191,7 @@ class BundleStore:
         return self.complete_dir / ref.hex
 
     def partial_path(self, ref: BundleRef) -> Path:
-        return self.partial_dir / ref.hex
+        return self.partial_dir / f"{ref.hex}-{ref.size}"
 
     def has(self, ref: BundleRef) -> bool:
         """Whether the bundle is here, complete; asking is a use (it keeps the bundle)."""
@@ -216,6 +219,24 @@ class BundleStore:
             return min(self.partial_path(ref).stat().st_size, ref.size)
         except FileNotFoundError:
             return 0
+
+    def is_uploading(self, ref: BundleRef) -> bool:
+        """Whether an upload of the bundle has been admitted here (and not completed or let go)."""
+        return self.partial_path(ref).exists()
+
+    @contextmanager
+    def admitting(self) -> Iterator[None]:
+        r"""Held while a new upload is judged and, if admitted, :meth:`reserve`\ d: one at a time,
+        across processes, so each is judged with the room promised to those before it."""
+        self.partial_dir.mkdir(parents=True, exist_ok=True)
+        with (self.partial_dir / ".admitting").open("ab") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            yield
+
+    def reserve(self, ref: BundleRef) -> None:
+        """Admit an upload of the bundle: its (empty) partial file promises the bundle's room."""
+        self.partial_dir.mkdir(parents=True, exist_ok=True)
+        self.partial_path(ref).touch()
 
     # The parent: packing a workdir ---------------------------------------------------------------
 

@@ -198,8 +198,8 @@ def _bundle(digest: str, size: int, bundles: BundleStore) -> BundleRef:
 
 
 def _admit_new_upload(ref: BundleRef, bundles: BundleStore, receiving: Receiver) -> None:
-    """Nothing of the bundle is here yet: refused now if the store has no room for it."""
-    if not bundles.peek(ref) and bundles.received(ref) == 0:
+    """An upload not begun here is admitted now, or refused if the store has no room for it."""
+    if not bundles.peek(ref) and not bundles.is_uploading(ref):
         receiving.check_bundle_room(ref)
 
 

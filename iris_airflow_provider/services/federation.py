@@ -22,7 +22,7 @@ from iris_airflow_provider.core.placement import Candidate
 from iris_airflow_provider.core.placement_snapshot import PlacementRules
 from iris_airflow_provider.core.router import Decision
 from iris_airflow_provider.peers.base import Peer
-from iris_airflow_provider.services.bundle_retention import collect_bundles, upload_problem
+from iris_airflow_provider.services.bundle_retention import admit_upload, collect_bundles
 from iris_airflow_provider.services.cancel import Cancels
 from iris_airflow_provider.services.children import ChildJobs
 from iris_airflow_provider.services.delivery import Delivery
@@ -152,9 +152,9 @@ class Federation:
         """Let go of the workdir bundles (and abandoned uploads) no live job needs any more."""
         return collect_bundles(self.store, self.config.bundle_store(), self.config.bundles.retention, now_ms)
 
-    def bundle_upload_problem(self, ref: BundleRef) -> str:
-        """Why a new upload of ``ref`` does not fit in this cluster's bundle store ("" when it does)."""
-        return upload_problem(self.store, self.config.bundle_store(), ref, self.config.bundles.retention, self.clock())
+    def admit_bundle_upload(self, ref: BundleRef) -> str:
+        """Admit a new upload of ``ref`` to this cluster's bundle store, or say why it does not fit."""
+        return admit_upload(self.store, self.config.bundle_store(), ref, self.config.bundles.retention, self.clock())
 
     @property
     def staleness_ms(self) -> int:

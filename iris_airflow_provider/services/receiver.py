@@ -227,10 +227,10 @@ class Receiver:
         return spec
 
     def check_bundle_room(self, ref: BundleRef) -> None:
-        """A new upload that would take the bundle store past ``bundles.max_total_bytes``, even once
-        everything collectable is gone, is refused before any byte is sent: the parent requeues the
-        job for another cluster."""
-        problem = self.federation.bundle_upload_problem(ref)
+        """A new upload is admitted, its room promised; one that would take the bundle store past
+        ``bundles.max_total_bytes``, even once everything collectable is gone, is refused before any
+        byte is sent: the parent requeues the job for another cluster."""
+        problem = self.federation.admit_bundle_upload(ref)
         if problem:
             raise PeerError(PeerErrorCode.RESOURCE_EXHAUSTED, problem)
 

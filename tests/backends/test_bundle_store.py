@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from iris_airflow_provider.backends.base import now_ms
-from iris_airflow_provider.backends.bundle_collection import list_store, remove_bundle, remove_partial
+from iris_airflow_provider.backends.bundle_collection import list_store, remove_bundle, remove_partial, remove_stray
 from iris_airflow_provider.backends.bundles import BundleStore, DigestMismatchError, UploadConflictError
 from iris_airflow_provider.core.bundles import BundleError, BundleRef
 from iris_airflow_provider.operators.workdir import WorkdirError, bundle_workdir
@@ -218,6 +218,39 @@ def test_an_upload_being_written_is_never_let_go_and_an_abandoned_one_is(tmp_pat
     assert upload(store, abandoned, other, 0) == 500
     store.complete(abandoned)
     assert store.has(abandoned)
+
+
+def test_the_listing_reads_each_uploads_declared_size_and_what_a_dead_packer_left(tmp_path: Path) -> None:
+    store = BundleStore(tmp_path / "bundles")
+    ref = BundleRef(digest="sha256:" + "ab" * 32, size=1000)
+    store.reserve(ref)  # admitted: nothing sent yet, its room promised by its name
+    assert store.is_uploading(ref) and store.received(ref) == 0
+    assert upload(store, ref, b"x" * 100, 0) == 100
+    legacy = store.partial_dir / ("cd" * 32)  # an upload begun before partial files named their size
+    legacy.write_bytes(b"y" * 10)
+    with store.admitting():  # its lock file is no entry
+        pass
+    store.complete_dir.mkdir(parents=True)
+    dead, packing = store.complete_dir / ".packing-dead", store.complete_dir / ".packing-live"
+    dead.write_bytes(b"z" * 7)
+    packing.write_bytes(b"z" * 3)
+    listing = list_store(store)
+    assert sorted((p.digest, p.size, p.declared_size) for p in listing.partials) == [
+        (ref.digest, 100, 1000),
+        ("sha256:" + "cd" * 32, 10, 0),
+    ]
+    assert sorted((f.name, f.size) for f in listing.strays) == [(".packing-dead", 7), (".packing-live", 3)]
+    assert listing.bundles == ()
+
+    with packing.open("ab") as still_writing:
+        still_writing.write(b"more")
+        age(packing, -5)  # written since the listing (a clock a little ahead, to be sure it moved)
+    strays = {f.name: f for f in listing.strays}
+    assert not remove_stray(store, strays[".packing-live"], listing) and packing.exists()
+    assert remove_stray(store, strays[".packing-dead"], listing) and not dead.exists()
+    assert not remove_stray(store, strays[".packing-dead"], listing)  # already gone
+    (old_style,) = [p for p in listing.partials if p.declared_size == 0]
+    assert remove_partial(store, old_style, listing) and not legacy.exists()
 
 
 def test_completing_an_upload_let_go_meanwhile_asks_the_sender_to_start_over(tmp_path: Path) -> None:

@@ -295,3 +295,36 @@ async def test_a_new_upload_the_store_has_no_room_for_is_resource_exhausted_befo
     os.utime(peer_bundles.path(held_ref), (long_ago, long_ago))
     response = await call("GET", path, marin_token(), params=params)
     assert response.status_code == 200 and response.json()["received"] == 0
+
+
+async def test_a_bundle_status_admits_the_upload_and_promises_its_room_before_any_byte(
+    peer: Peer, peer_bundles: BundleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundles = BundleSettings(max_bundle_bytes=2 * MiB, max_total_bytes=3 * MiB)
+    monkeypatch.setattr(peer.federation, "config", peer.federation.config.model_copy(update={"bundles": bundles}))
+    first, second = (BundleRef(digest="sha256:" + c * 64, size=2 * MiB) for c in "56")
+    response = await call("GET", f"/bundles/{first.digest}", marin_token(), params={"size": first.size})
+    assert response.status_code == 200 and response.json()["received"] == 0
+    assert peer_bundles.is_uploading(first)  # admitted: its 2 MiB are promised, though none is here
+
+    says = refusal(
+        await call("GET", f"/bundles/{second.digest}", marin_token(), params={"size": second.size}),
+        429,
+        "resource_exhausted",
+    )
+    assert f"uploads in progress have {2 * MiB} bytes still to come" in says
+    assert not peer_bundles.is_uploading(second)
+
+    # The admitted one goes on (asked again, or its first chunk): it is not judged, nor promised, twice.
+    response = await call("GET", f"/bundles/{first.digest}", marin_token(), params={"size": first.size})
+    assert response.status_code == 200
+    body = Body(CHUNK)
+    response = await call(
+        "PUT",
+        f"/bundles/{first.digest}",
+        marin_token(),
+        params={"size": first.size, "offset": 0},
+        content=body,
+        headers={"Content-Length": str(CHUNK)},
+    )
+    assert response.status_code == 200 and response.json()["received"] == CHUNK
