@@ -75,6 +75,10 @@ class RetentionRules:
     max_total_bytes: int = DEFAULT_MAX_TOTAL_BYTES
     grace_ms: int = BUDGET_GRACE_MS
 
+    def abandoned(self, last_written_ms: int, now_ms: int) -> bool:
+        """Whether an upload (or a stray file) nobody has written to since ``last_written_ms`` is."""
+        return now_ms - last_written_ms >= self.keep_partial_ms
+
 
 @dataclass(frozen=True, slots=True)
 class BundleCollection:
@@ -112,8 +116,8 @@ def plan_collection(
     all_partials = sorted(partials, key=lambda p: (p.last_written_ms, p.digest))
     all_strays = sorted(strays, key=lambda f: (f.last_written_ms, f.name))
     total = sum(b.size for b in all_bundles) + sum(p.size for p in all_partials) + sum(f.size for f in all_strays)
-    stale_partials = tuple(p for p in all_partials if now_ms - p.last_written_ms >= rules.keep_partial_ms)
-    stale_strays = tuple(f for f in all_strays if now_ms - f.last_written_ms >= rules.keep_partial_ms)
+    stale_partials = tuple(p for p in all_partials if rules.abandoned(p.last_written_ms, now_ms))
+    stale_strays = tuple(f for f in all_strays if rules.abandoned(f.last_written_ms, now_ms))
     unreferenced = [b for b in all_bundles if b.digest not in referenced]
     chosen = [b for b in unreferenced if now_ms - b.last_used_ms >= rules.keep_unused_ms]
     remaining = total - sum(p.size for p in stale_partials) - sum(f.size for f in stale_strays)
@@ -151,7 +155,7 @@ def upload_refusal(
     ``max_total_bytes`` with it and the bytes live uploads have still to send, even once everything
     collectable is gone."""
     partials = list(partials)
-    promised = sum(p.to_come for p in partials if now_ms - p.last_written_ms < rules.keep_partial_ms)
+    promised = sum(p.to_come for p in partials if not rules.abandoned(p.last_written_ms, now_ms))
     plan = plan_collection(
         bundles,
         partials,

@@ -73,7 +73,7 @@ def job_spec(
     """The rendered job, validated: ``target_cluster`` pins it, a given job id must be in ``user``'s
     namespace (a bare name is placed there), else the id is ``derived_job_id()``; ``workdir``'s files
     travel with it (the job's own ``files`` win)."""
-    document = as_document(job)
+    document = _as_document(job)
     if isinstance(document, JobSpec):
         document = document.model_dump(mode="json")
     document = dict(document)
@@ -94,12 +94,12 @@ def job_spec(
             except WorkdirTooLargeError:
                 # Too big to travel inline: one bundle of the directory and the job's own files,
                 # packed once the rest of the job is known to be valid.
-                own = parsed(document).files
+                own = _parsed(document).files
                 document["bundle"] = bundle_workdir(workdir, bundle_store(), own).model_dump()
                 document["files"] = {}
         except (WorkdirError, OSError) as error:
             raise AirflowFailException(f"Invalid job:\n{error}") from None
-    spec = parsed(document)
+    spec = _parsed(document)
     if spec.bundle is not None and not bundle_store().has(spec.bundle):
         raise AirflowFailException(  # a bundle named by hand must be one this cluster holds
             f"Invalid job:\njob.bundle: {spec.bundle.digest} ({spec.bundle.size} bytes) is not in this cluster's "
@@ -108,7 +108,7 @@ def job_spec(
     return spec
 
 
-def parsed(document: Mapping[str, Any]) -> JobSpec:
+def _parsed(document: Mapping[str, Any]) -> JobSpec:
     try:
         return parse_job(document, path="job")
     except SpecError as error:
@@ -121,7 +121,7 @@ def workdir_path(workdir: str, dag_fileloc: str | None) -> Path:
     return path if path.is_absolute() or not dag_fileloc else Path(dag_fileloc).parent / path
 
 
-def as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:
+def _as_document(job: Mapping[str, Any] | JobSpec | str) -> Mapping[str, Any] | JobSpec:
     """The job as a mapping: rendered text (a job file, ``| tojson``) is parsed as JSON, else as YAML."""
     if not isinstance(job, str):
         document: Any = job

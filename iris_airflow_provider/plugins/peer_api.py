@@ -197,12 +197,6 @@ def _bundle(digest: str, size: int, bundles: BundleStore) -> BundleRef:
     return ref
 
 
-def _admit_new_upload(ref: BundleRef, bundles: BundleStore, receiving: Receiver) -> None:
-    """An upload not begun here is admitted now, or refused if the store has no room for it."""
-    if not bundles.peek(ref) and not bundles.is_uploading(ref):
-        receiving.check_bundle_room(ref)
-
-
 def _bundle_status(ref: BundleRef, bundles: BundleStore) -> BundleStatus:
     received = bundles.received(ref)
     return BundleStatus(
@@ -221,7 +215,7 @@ def bundle_status(
     """How much of a workdir bundle this cluster holds (``complete``: all, nothing to send); a bundle
     none of which is here and for which the store has no room is refused (``resource_exhausted``)."""
     ref = _bundle(digest, size, bundles)
-    _admit_new_upload(ref, bundles, receiving)
+    receiving.admit_bundle_upload(ref)
     return _bundle_status(ref, bundles)
 
 
@@ -246,7 +240,7 @@ async def upload_bundle_chunk(
     length = int(declared)
     if length > bundles.chunk_bytes:
         raise BodyTooLargeError(f"{request.method} {request.url.path}", bundles.chunk_bytes)
-    await anyio.to_thread.run_sync(_admit_new_upload, ref, bundles, receiving)
+    await anyio.to_thread.run_sync(receiving.admit_bundle_upload, ref)
     try:
         with bundles.upload(ref, offset, length) as upload:
             async for chunk in request.stream():

@@ -226,10 +226,11 @@ class Receiver:
             raise PeerError(PeerErrorCode.INVALID_ARGUMENT, "A federation handoff must be a root job.")
         return spec
 
-    def check_bundle_room(self, ref: BundleRef) -> None:
-        """A new upload is admitted, its room promised; one that would take the bundle store past
-        ``bundles.max_total_bytes``, even once everything collectable is gone, is refused before any
-        byte is sent: the parent requeues the job for another cluster."""
+    def admit_bundle_upload(self, ref: BundleRef) -> None:
+        """An upload not begun here is admitted, its room promised (one here or admitted already
+        passes); one that would take the bundle store past ``bundles.max_total_bytes``, even once
+        everything collectable is gone, is refused before any byte is sent: the parent requeues the
+        job for another cluster."""
         problem = self.federation.admit_bundle_upload(ref)
         if problem:
             raise PeerError(PeerErrorCode.RESOURCE_EXHAUSTED, problem)
